@@ -1,0 +1,16 @@
+# hybridlens: causal experiments on hybrid language models. `snakemake --cores all` builds every
+# figure for the configured models; `snakemake results/figures/NAME.pdf` rebuilds one.
+
+
+include: "rules/common.smk"
+include: "rules/zoo.smk"
+include: "rules/extract.smk"
+
+
+report: "report/workflow.rst"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

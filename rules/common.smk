@@ -1,0 +1,74 @@
+# Validation, wildcard constraints, input functions and the final-output list.
+from snakemake.utils import validate
+
+
+# A preset passed with --configfile is a whole config (it replaces the toy registry, not merges into it).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+
+validate(config, "../config/schema.yaml")
+
+
+wildcard_constraints:
+    model="|".join(config["models"]),
+    task="[A-Za-z0-9_]+",
+
+
+def is_toy(model):
+    return isinstance(config["models"][model]["source"], dict)
+
+
+def toy_models():
+    return [m for m in config["models"] if is_toy(m)]
+
+
+def model_input(wildcards):
+    """A toy model comes from train_toy (after its accuracy gate); a real one is loaded by source."""
+    if is_toy(wildcards.model):
+        return f"results/models/{wildcards.model}/eval.json"
+    return []
+
+
+def model_source(wildcards):
+    if is_toy(wildcards.model):
+        return f"results/models/{wildcards.model}"
+    return config["models"][wildcards.model]["source"]
+
+
+def model_params(wildcards):
+    """What load_model needs: source, dtype, device, device_map."""
+    m = config["models"][wildcards.model]
+    return {
+        "source": model_source(wildcards),
+        "dtype": m.get("dtype", "float32"),
+        "device": m.get("device", "cpu"),
+        "device_map": m.get("device_map"),
+    }
+
+
+def res(key, default):
+    """A per-model resource from the registry, as a rule-level callable (SLURM requests follow it)."""
+    return lambda wildcards: config["models"][wildcards.model].get("resources", {}).get(key, default)
+
+
+def selected(section, key, universe):
+    chosen = config[section][key] or list(universe)
+    unknown = sorted(set(chosen) - set(universe))
+    if unknown:
+        raise ValueError(f"config {section}.{key}: unknown names {unknown}; choose from {sorted(universe)}")
+    return chosen
+
+
+def final_outputs():
+    outputs = []
+    if toy_models():
+        outputs += ["results/figures/zoo_training.pdf", "results/figures/zoo_eval.pdf"]
+    if config["tasks"]:
+        outputs += expand(
+            "results/figures/logit_lens_{task}.pdf",
+            task=selected("extract", "tasks", config["tasks"]),
+        )
+    return outputs

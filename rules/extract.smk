@@ -1,0 +1,51 @@
+# Activation extraction into the HDF5 store, and the logit-lens figure built from it.
+
+
+rule extract_activations:
+    # Capture write sites at every layer for one prompt set; store them and the logit-lens table.
+    input:
+        model_input,
+    output:
+        h5="results/activations/{model}/{task}.h5",
+        lens="results/activations/{model}/{task}.lens.tsv",
+    params:
+        model=model_params,
+        task=lambda wc: config["tasks"][wc.task],
+        extract=config["extract"],
+        n_languages=config["zoo"]["n_languages"],
+        config_hash=lambda wc: {"model": config["models"][wc.model], "task": config["tasks"][wc.task]},
+    log:
+        "logs/extract_activations/{model}/{task}.log",
+    benchmark:
+        "benchmarks/extract_activations/{model}/{task}.tsv"
+    threads: 1
+    resources:
+        mem_mb=res("mem_mb", 2000),
+        runtime=res("runtime", 20),
+        gpu=res("gpus", 0),
+    script:
+        "../workflow_scripts/extract_activations.py"
+
+
+rule plot_logit_lens:
+    # Per-layer residual norm and logit-lens rank of the answer, one panel per model.
+    input:
+        lens=lambda wc: expand(
+            "results/activations/{model}/{task}.lens.tsv",
+            model=selected("extract", "models", config["models"]),
+            task=wc.task,
+        ),
+    output:
+        pdf=report("results/figures/logit_lens_{task}.pdf", category="Activations"),
+        tsv="results/tables/logit_lens_{task}.tsv",
+    params:
+        models=selected("extract", "models", config["models"]),
+    log:
+        "logs/plot_logit_lens/{task}.log",
+    benchmark:
+        "benchmarks/plot_logit_lens/{task}.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/plot_logit_lens.py"

@@ -1,0 +1,69 @@
+# The toy zoo: train each toy model of the registry, gate it on held-out retrieval, plot the zoo.
+
+
+rule train_toy:
+    # Build a toy model of the configured family and train it on the retrieval tasks.
+    output:
+        config="results/models/{model}/config.json",
+        weights="results/models/{model}/model.safetensors",
+        tokenizer="results/models/{model}/tokenizer.json",
+        curve="results/models/{model}/curve.csv",
+    params:
+        family=lambda wc: config["models"][wc.model]["family"],
+        toy=lambda wc: config["models"][wc.model]["source"]["toy"],
+        zoo=config["zoo"],
+    log:
+        "logs/train_toy/{model}.log",
+    benchmark:
+        "benchmarks/train_toy/{model}.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../workflow_scripts/train_toy.py"
+
+
+rule evaluate_toy:
+    # Held-out retrieval / language / persona; fails below the accuracy gate.
+    input:
+        config=rules.train_toy.output.config,
+        weights=rules.train_toy.output.weights,
+    output:
+        json="results/models/{model}/eval.json",
+    params:
+        source=lambda wc: f"results/models/{wc.model}",
+        zoo=config["zoo"],
+    log:
+        "logs/evaluate_toy/{model}.log",
+    benchmark:
+        "benchmarks/evaluate_toy/{model}.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../workflow_scripts/evaluate_toy.py"
+
+
+rule plot_zoo:
+    # Training curves and the evaluation table of the whole zoo (no model needed).
+    input:
+        curves=expand("results/models/{model}/curve.csv", model=toy_models()),
+        evals=expand("results/models/{model}/eval.json", model=toy_models()),
+    output:
+        curves=report("results/figures/zoo_training.pdf", category="Toy zoo"),
+        table=report("results/figures/zoo_eval.pdf", category="Toy zoo"),
+        tsv="results/tables/zoo_eval.tsv",
+    params:
+        names=toy_models(),
+        gate=config["zoo"]["gate"],
+    log:
+        "logs/plot_zoo/plot_zoo.log",
+    benchmark:
+        "benchmarks/plot_zoo/plot_zoo.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/plot_zoo.py"

@@ -1,0 +1,1 @@
+"""One module per experiment: pure functions from models and prompts to tables."""

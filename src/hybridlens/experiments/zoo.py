@@ -1,0 +1,160 @@
+"""Train and evaluate the toy zoo.
+
+Curriculum      stages of (until_step, max_pairs)
+train_toy       train a toy model on a seeded mixture of the retrieval tasks; returns the curve
+evaluate_model  held-out retrieval accuracy per format, language fidelity, persona fidelity
+check_gate      raise when retrieval is below the threshold
+"""
+
+import math
+import random
+
+import torch
+from tqdm import tqdm
+
+from hybridlens.interventions.cache import greedy
+from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
+from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
+
+
+class GateFailed(RuntimeError):
+    """A trained model does not retrieve well enough for the experiments to mean anything."""
+
+
+def encode_batch(tokenizer, prompts, with_target=False):
+    texts = [p.text + (" " + p.target if with_target else "") for p in prompts]
+    return torch.tensor(tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
+def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int):
+    """Token ids [batch, pos] and the positions of answer and marker tokens to train on.
+
+    Each prompt is followed by its answer and marker, then by `extra_queries` more questions about
+    other keys of the same dictionary with their answers: many retrieval targets per sequence, so the
+    binding of keys to values is learned from a denser signal. The first answer is the evaluated one.
+    """
+    forms = language_forms(n_languages)
+    rows, targets = [], None
+    for p in prompts:
+        words, tgt = p.text.split() + [p.answer, p.marker], []
+        tgt += [len(words) - 2, len(words) - 1]
+        others = [i for i in range(len(p.pairs)) if i != p.query]
+        rng.shuffle(others)
+        for i in others[:extra_queries]:
+            words += [".", *question_words(p.fmt, p.pairs[i][0]), forms[p.language][p.pairs[i][1]], p.marker]
+            tgt += [len(words) - 2, len(words) - 1]
+        rows.append(tokenizer.convert_tokens_to_ids(words))
+        targets = tgt
+    return torch.tensor(rows), torch.tensor(targets)
+
+
+def pairs_for_step(step: int, curriculum, rng) -> int:
+    """Number of dictionary pairs at `step`: uniform over the powers of two up to the stage's max."""
+    max_pairs = next((m for until, m in curriculum if step < until), curriculum[-1][1])
+    choices = [2**k for k in range(1, int(math.log2(max_pairs)) + 1)]
+    return rng.choice(choices)
+
+
+def train_toy(
+    model,
+    tokenizer,
+    steps: int,
+    curriculum,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    n_languages: int = 2,
+    formats=FORMATS,
+    log_every: int = 25,
+    progress: bool = True,
+    lm_weight: float = 0.0,
+    extra_queries: int = 7,
+    keys=KEYS,
+    values=VALUES,
+):
+    """Adam on the answer and persona-marker tokens of seeded retrieval prompts.
+
+    Returns the training curve as rows {step, n_pairs, loss, accuracy}; accuracy is the
+    teacher-forced answer accuracy of the batch.
+    """
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    # No weight decay on gains and biases: decay would pull Qwen3.5's zero-centred q/k-norm gains
+    # back to 1 and keep toy attention too flat to bind keys to values.
+    matrices = [p for p in model.parameters() if p.ndim >= 2]
+    vectors = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": matrices, "weight_decay": 0.01}, {"params": vectors, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.1, 1 - s / steps))
+    model.train()
+    curve, bar = [], tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
+    for step in bar:
+        n_pairs = pairs_for_step(step, curriculum, rng)
+        prompts = make_prompts(
+            rng.randrange(2**31),
+            batch_size,
+            n_pairs,
+            rng.choice(formats),
+            n_languages,
+            keys=keys,
+            values=values,
+        )
+        ids, targets = training_batch(tokenizer, prompts, min(extra_queries, n_pairs - 1), rng, n_languages)
+        all_logits = model(ids[:, :-1]).logits
+        ce = torch.nn.functional.cross_entropy(all_logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = ce[:, targets - 1].mean()
+        if lm_weight:
+            # The context's next-token loss: a weak, dense extra signal.
+            loss = loss + lm_weight * ce.mean()
+        logits = all_logits[:, targets[:1] - 1]
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == steps - 1:
+            acc = (logits[:, 0].argmax(-1) == ids[:, targets[0]]).float().mean().item()
+            curve.append({"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc})
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", pairs=n_pairs)
+    model.eval()
+    return curve
+
+
+@torch.no_grad()
+def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: int = 2, formats=FORMATS):
+    """Greedy two-token answers on held-out prompts, per format.
+
+    retrieval: first token is the queried value; language: first token is a value in the context's
+    language (any value); persona: second token is the persona's marker.
+    """
+    forms = language_forms(n_languages)
+    lang_ids = [{hm.token_id(table[v]) for v in VALUES} for table in forms]
+    rows = []
+    for fmt in formats:
+        prompts = make_prompts(seed, n, n_pairs, fmt, n_languages)
+        ids = encode_batch(hm.tokenizer, prompts).to(hm.device)
+        tokens, _ = greedy(hm, ids, 2)
+        answer = torch.tensor([hm.token_id(p.answer) for p in prompts])
+        marker = torch.tensor([hm.token_id(p.marker) for p in prompts])
+        first, second = tokens[:, 0].cpu(), tokens[:, 1].cpu()
+        language = [int(t) in lang_ids[p.language] for t, p in zip(first.tolist(), prompts, strict=True)]
+        rows.append(
+            {
+                "format": fmt,
+                "n_pairs": n_pairs,
+                "n": n,
+                "retrieval": (first == answer).float().mean().item(),
+                "language": sum(language) / n,
+                "persona": (second == marker).float().mean().item(),
+            }
+        )
+    return rows
+
+
+def check_gate(name: str, rows, threshold: float):
+    worst = min(rows, key=lambda r: r["retrieval"])
+    if worst["retrieval"] < threshold:
+        raise GateFailed(
+            f"model {name}: {worst['n_pairs']}-pair retrieval on format {worst['format']!r} is "
+            f"{worst['retrieval']:.3f} < gate {threshold}; train longer (zoo.steps) or lower zoo.gate"
+        )

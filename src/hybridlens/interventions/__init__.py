@@ -1,0 +1,1 @@
+"""Hooks on model modules (writes) and surgery on the transformers cache (states)."""

@@ -1,0 +1,317 @@
+"""The one place that knows model families.
+
+load_model     model + tokenizer from a hub id or local directory (safetensors only, no remote code)
+HybridModel    one view of Qwen3.5 / Granite-4.0-H / Falcon-H1: layer kinds, groups, modules per site,
+               cache access per channel, logit lens
+SITES          site name -> where it lives and its shape
+Site, parse_site
+UnsupportedModel
+"""
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+# Sites and their shapes, TransformerLens-style. Write sites are hooked on modules; state sites are
+# read from and written to the transformers cache after a forward.
+SITES = {
+    "resid_pre": "[batch, pos, d_model]  input of decoder layer L",
+    "mixer_out": "[batch, pos, d_model]  output of layer L's mixer (linear mixer for linear and parallel layers, "
+    "attention for attention layers), before any residual multiplier",
+    "layer_out": "[batch, pos, d_model]  output of decoder layer L (= resid_pre of L+1)",
+    "state": "[batch, heads, d_k, d_v]  recurrent state of a linear (or parallel) layer, in the cache",
+    "conv": "[batch, channels, kernel]  conv state of a linear (or parallel) layer, in the cache",
+    "kv": "([batch, kv_heads, pos, d_head], same)  keys and values of an attention (or parallel) layer",
+}
+WRITE_SITES = ("resid_pre", "mixer_out", "layer_out")
+KINDS = ("linear", "attention", "parallel")
+
+
+class UnsupportedModel(ValueError):
+    """A model hybridlens cannot analyse (unknown family, or no linear layers)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]
+    linear: str  # decoder-layer attribute of the linear mixer (GDN or Mamba-2)
+    attention: str  # decoder-layer attribute of softmax attention
+    final_norm: str  # attribute of the base model
+
+    def toy_config(self, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, d_state: int = 16):
+        """A small config of this family's real transformers class.
+
+        layout: one letter per layer, L = linear, A = attention, P = parallel (Falcon-H1 only).
+        """
+        allowed = "P" if self.name == "falcon_h1" else "LA"
+        if not layout or set(layout) - set(allowed):
+            raise ValueError(f"toy layout {layout!r} for family {self.name}: use only the letters {allowed!r}")
+        from transformers import FalconH1Config, GraniteMoeHybridConfig, Qwen3_5TextConfig
+
+        head_dim, n = hidden_size // heads, len(layout)
+        common = dict(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            num_hidden_layers=n,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+            max_position_embeddings=2048,
+            pad_token_id=0,
+            bos_token_id=None,
+            eos_token_id=2,
+            tie_word_embeddings=True,
+        )
+        if self.name == "qwen3_5":
+            return Qwen3_5TextConfig(
+                **common,
+                head_dim=head_dim,
+                layer_types=["linear_attention" if c == "L" else "full_attention" for c in layout],
+                linear_key_head_dim=head_dim,
+                linear_value_head_dim=head_dim,
+                linear_num_key_heads=max(1, heads // 2),
+                linear_num_value_heads=heads,
+            )
+        mamba = dict(
+            mamba_n_heads=heads,
+            mamba_d_head=2 * hidden_size // heads,
+            mamba_d_state=d_state,
+            mamba_chunk_size=64,
+        )
+        if self.name == "granitemoehybrid":
+            return GraniteMoeHybridConfig(
+                **common,
+                **mamba,
+                layer_types=["mamba" if c == "L" else "attention" for c in layout],
+                num_local_experts=0,
+                shared_intermediate_size=2 * hidden_size,
+                position_embedding_type="rope",
+                attention_multiplier=head_dim**-0.5,  # Granite's default 1.0 saturates toy attention
+            )
+        return FalconH1Config(**common, **mamba, mamba_d_ssm=2 * hidden_size)
+
+    def logit_scale(self, config) -> float:
+        if self.name == "granitemoehybrid":
+            return 1.0 / config.logits_scaling
+        if self.name == "falcon_h1":
+            return config.lm_head_multiplier
+        return 1.0
+
+
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family("qwen3_5", ("qwen3_5", "qwen3_5_text"), "linear_attn", "self_attn", "norm"),
+        Family("granitemoehybrid", ("granitemoehybrid",), "mamba", "self_attn", "norm"),
+        Family("falcon_h1", ("falcon_h1",), "mamba", "self_attn", "final_layernorm"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    layer: int
+    name: str
+
+    def __str__(self):
+        return f"layers.{self.layer}.{self.name}"
+
+
+_SITE_RE = re.compile(r"layers\.(\d+)\.([a-z_]+)")
+
+
+def parse_site(site) -> Site:
+    """`layers.{L}.{name}` -> Site; anything else raises LookupError naming the valid sites."""
+    if isinstance(site, Site):
+        return site
+    m = _SITE_RE.fullmatch(str(site))
+    if not m or m.group(2) not in SITES:
+        raise LookupError(f"unknown site {site!r}; sites are layers.{{L}}.{{{', '.join(SITES)}}}")
+    return Site(int(m.group(1)), m.group(2))
+
+
+def family_of(model_type: str) -> Family:
+    for fam in FAMILIES.values():
+        if model_type in fam.model_types:
+            return fam
+    known = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
+    raise UnsupportedModel(
+        f"model_type {model_type!r} is not a hybrid family hybridlens knows ({known}); "
+        "add a Family to hybridlens/models/adapter.py"
+    )
+
+
+def load_model(source, dtype="float32", device="cpu", device_map=None, attn_implementation="eager"):
+    """Load a causal LM and its tokenizer through `from_pretrained`, safetensors only, no remote code.
+
+    Args:
+        source: hub id or local directory (a toy model saved by the pipeline is one).
+        dtype: torch dtype name. device: where to put it, unless device_map (e.g. "auto",
+        through accelerate) spreads it over several GPUs.
+        attn_implementation: "eager" returns attention weights (reader analyses need them).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    family_of(config.model_type)  # refuse unknown families before loading any weights
+    model = AutoModelForCausalLM.from_pretrained(
+        source,
+        dtype=getattr(torch, dtype),
+        use_safetensors=True,
+        trust_remote_code=False,
+        device_map=device_map,
+        attn_implementation=attn_implementation,
+    )
+    if device_map is None:
+        model = model.to(device)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    return HybridModel(model.eval(), tokenizer, str(source))
+
+
+class HybridModel:
+    """One view of a hybrid causal LM.
+
+    >>> hm = load_model("results/models/qwen_toy")
+    >>> hm.kinds      # ['linear', 'linear', 'linear', 'attention', ...]
+    >>> hm.groups     # [[0, 1, 2], [4, 5, 6]]
+    >>> hm.module_for("layers.2.mixer_out")   # (module, "output")
+    """
+
+    def __init__(self, model, tokenizer, source=""):
+        self.model, self.tokenizer, self.source = model, tokenizer, source
+        self.family = family_of(model.config.model_type)
+        self.config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.base = self._base_model(model)
+        self.layers = list(self.base.layers)
+        self.kinds = [self._kind(layer) for layer in self.layers]
+        if not any(k in ("linear", "parallel") for k in self.kinds):
+            raise UnsupportedModel(f"{source or type(model).__name__}: no linear layers, so it is not a hybrid model")
+        self.groups = self._groups(self.kinds)
+
+    @staticmethod
+    def _base_model(model):
+        base = model.model
+        # Qwen3.5 checkpoints are vision-language models: the text stack sits one level down.
+        return getattr(base, "language_model", base)
+
+    def _kind(self, layer) -> str:
+        has_lin = getattr(layer, self.family.linear, None) is not None
+        has_att = getattr(layer, self.family.attention, None) is not None
+        return "parallel" if has_lin and has_att else ("linear" if has_lin else "attention")
+
+    @staticmethod
+    def _groups(kinds):
+        """Maximal runs of linear layers; a parallel layer is a group of its own (it is also a reader)."""
+        groups, run = [], []
+        for i, k in enumerate(kinds):
+            if k == "linear":
+                run.append(i)
+                continue
+            if run:
+                groups.append(run)
+                run = []
+            if k == "parallel":
+                groups.append([i])
+        if run:
+            groups.append(run)
+        return groups
+
+    @property
+    def n_layers(self):
+        return len(self.layers)
+
+    @property
+    def d_model(self):
+        return self.config.hidden_size
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def attention_layers(self):
+        return [i for i, k in enumerate(self.kinds) if k in ("attention", "parallel")]
+
+    def linear_layers(self):
+        return [i for i, k in enumerate(self.kinds) if k in ("linear", "parallel")]
+
+    # --- modules -------------------------------------------------------------------------------
+    def mixer(self, layer: int):
+        kind = self.kinds[layer]
+        attr = self.family.attention if kind == "attention" else self.family.linear
+        return getattr(self.layers[layer], attr)
+
+    def attention(self, layer: int):
+        return getattr(self.layers[layer], self.family.attention, None)
+
+    def module_for(self, site):
+        """(module, "input" | "output") that carries a write site."""
+        site = parse_site(site)
+        if not 0 <= site.layer < self.n_layers:
+            raise LookupError(f"site {site}: layer {site.layer} out of range 0..{self.n_layers - 1}")
+        if site.name not in WRITE_SITES:
+            raise LookupError(f"site {site} lives in the cache, not on a module; use read_cache/write_cache")
+        if site.name == "mixer_out":
+            return self.mixer(site.layer), "output"
+        return self.layers[site.layer], ("input" if site.name == "resid_pre" else "output")
+
+    # --- cache ---------------------------------------------------------------------------------
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _check_channel(self, site):
+        site = parse_site(site)
+        kind = self.kinds[site.layer]
+        if site.name in ("state", "conv") and kind == "attention":
+            raise LookupError(f"site {site}: layer {site.layer} is an attention layer, it has no {site.name}")
+        if site.name == "kv" and kind == "linear":
+            raise LookupError(f"site {site}: layer {site.layer} is a linear layer, it has no kv")
+        if site.name in WRITE_SITES:
+            raise LookupError(f"site {site} is a write site; capture it with hooks")
+        return site
+
+    def read_cache(self, cache, site):
+        """The tensor(s) of a state site: state / conv tensor, or (keys, values) for kv."""
+        site = self._check_channel(site)
+        layer = cache.layers[site.layer]
+        if site.name == "state":
+            return layer.recurrent_states[0]
+        if site.name == "conv":
+            return layer.conv_states[0]
+        return layer.keys, layer.values
+
+    def write_cache(self, cache, site, value):
+        """Replace a state site's contents in place (shapes must match; kv may change length)."""
+        site = self._check_channel(site)
+        layer = cache.layers[site.layer]
+        if site.name == "kv":
+            layer.keys, layer.values = value
+        else:
+            target = layer.recurrent_states[0] if site.name == "state" else layer.conv_states[0]
+            if target.shape != value.shape:
+                raise ValueError(f"site {site}: shape {tuple(value.shape)} != cached {tuple(target.shape)}")
+            target.copy_(value)
+
+    # --- text ------------------------------------------------------------------------------------
+    def encode(self, texts):
+        """Token ids [batch, pos] and offset mappings; texts of one batch must tokenize to one length."""
+        enc = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        lengths = {len(ids) for ids in enc["input_ids"]}
+        if len(lengths) != 1:
+            raise ValueError(f"texts of one batch tokenize to different lengths {sorted(lengths)}; batch by length")
+        return torch.tensor(enc["input_ids"], device=self.device), enc["offset_mapping"]
+
+    def token_id(self, word: str) -> int:
+        ids = self.tokenizer(word, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"{word!r} is {len(ids)} tokens in this tokenizer; answers must be single tokens")
+        return ids[0]
+
+    # --- read-outs -----------------------------------------------------------------------------
+    def unembed(self, hidden):
+        """Logit lens: final norm, unembedding and the family's logit multiplier. [.., d_model] -> [.., vocab]"""
+        norm = getattr(self.base, self.family.final_norm)
+        return self.model.lm_head(norm(hidden)) * self.family.logit_scale(self.config)

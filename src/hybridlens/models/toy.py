@@ -1,0 +1,76 @@
+"""The toy zoo: tiny models of the real architectures, and the word-level tokenizer they share.
+
+build_tokenizer   word-level tokenizer over the task vocabulary, as a transformers fast tokenizer
+build_toy_model   a randomly initialised model of a family's real transformers class
+"""
+
+import math
+
+import torch
+
+from hybridlens.models.adapter import FAMILIES
+from hybridlens.tasks.vocab import KEYS, NEUTRAL, PERSONAS, language_forms
+
+SPECIALS = ["<pad>", "<unk>", "<eos>"]
+
+
+def toy_vocabulary(n_languages: int) -> list[str]:
+    words = list(SPECIALS) + list(NEUTRAL) + list(KEYS) + list(PERSONAS) + list(PERSONAS.values())
+    for table in language_forms(n_languages):
+        words += table.values()
+    return list(dict.fromkeys(words))
+
+
+def build_tokenizer(n_languages: int = 2):
+    """Every task word is exactly one token; text is split on whitespace, so offsets are exact."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(toy_vocabulary(n_languages))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+
+
+def build_toy_model(family: str, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, seed: int = 0):
+    """A fresh model of `family`'s real CausalLM class with the given toy dimensions."""
+    from transformers import AutoModelForCausalLM
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; use one of {sorted(FAMILIES)}")
+    config = FAMILIES[family].toy_config(vocab_size, hidden_size, layout, heads)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    init_time_steps(model, seed)
+    init_convolutions(model)
+    return model
+
+
+@torch.no_grad()
+def init_convolutions(model):
+    """PyTorch's default init for the linear mixers' short convolutions, as mamba_ssm and fla leave them.
+
+    transformers draws them from N(0, 0.02): Mamba-2's x, B and C all pass through the conv, so its
+    state read-out starts ~1e-4 below the D skip and gets no gradient (measured here: a Granite toy
+    stayed at chance on 4-pair retrieval for 500 steps).
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Conv1d):
+            module.reset_parameters()
+
+
+@torch.no_grad()
+def init_time_steps(model, seed: int = 0, dt_min: float = 1e-3, dt_max: float = 1e-1):
+    """Set every linear mixer's `dt_bias` so softplus(dt_bias) = dt, dt log-uniform in [dt_min, dt_max].
+
+    This is the Mamba / Gated DeltaNet papers' initialisation (fla and mamba_ssm use it). transformers'
+    `_init_weights` sets dt_bias = 1 instead, so every head forgets within a few tokens: measured here,
+    a 4-layer Qwen3.5 toy then sat at chance on 4-pair retrieval for 600 steps; with this init it
+    reached 0.98 in 350.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("dt_bias"):
+            log_dt = torch.rand(param.shape, generator=gen) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
+            dt = torch.exp(log_dt)
+            param.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus

@@ -1,0 +1,5 @@
+"""Figures from tables and stores only; never touches a model."""
+
+import matplotlib
+
+matplotlib.use("Agg")

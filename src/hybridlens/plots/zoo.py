@@ -1,0 +1,75 @@
+"""Toy-zoo figures.
+
+plot_training   loss and batch accuracy against step, one line per model
+plot_eval       held-out retrieval per format, language and persona fidelity, with Wilson intervals
+eval_table      the evaluation rows of every model as one table with intervals
+"""
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from hybridlens.stats import wilson
+
+
+def plot_training(curves: dict, path):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, df in curves.items():
+        axes[0].plot(df["step"], df["loss"], label=name)
+        axes[1].plot(df["step"], df["accuracy"].rolling(4, min_periods=1).mean(), label=name)
+    axes[0].set(xlabel="step", ylabel="training loss", yscale="log", title="loss (answer + marker)")
+    axes[1].set(xlabel="step", ylabel="batch answer accuracy", ylim=(0, 1.02), title="first-answer accuracy")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def eval_table(evals: dict) -> pd.DataFrame:
+    rows = []
+    for name, ev in evals.items():
+        for r in ev["rows"]:
+            for metric in ("retrieval", "language", "persona"):
+                lo, hi = wilson(r[metric] * r["n"], r["n"])
+                rows.append(
+                    {
+                        "model": name,
+                        "format": r["format"],
+                        "n_pairs": r["n_pairs"],
+                        "n": r["n"],
+                        "metric": metric,
+                        "value": r[metric],
+                        "ci_lo": lo,
+                        "ci_hi": hi,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def plot_eval(table: pd.DataFrame, gate: float, path):
+    metrics = ["retrieval", "language", "persona"]
+    models = list(dict.fromkeys(table["model"]))
+    formats = list(dict.fromkeys(table["format"]))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 0.45 * len(models) + 1.8), sharey=True)
+    for ax, metric in zip(axes, metrics, strict=True):
+        sub = table[table["metric"] == metric]
+        for j, fmt in enumerate(formats):
+            d = sub[sub["format"] == fmt].set_index("model").loc[models]
+            y = [i + (j - 1) * 0.25 for i in range(len(models))]
+            ax.errorbar(
+                d["value"],
+                y,
+                xerr=[d["value"] - d["ci_lo"], d["ci_hi"] - d["value"]],
+                fmt="o",
+                ms=4,
+                capsize=2,
+                label=fmt,
+            )
+        if metric == "retrieval":
+            ax.axvline(gate, color="grey", ls="--", lw=1, label=f"gate {gate}")
+        ax.set(title=f"{metric} ({int(sub['n_pairs'].iloc[0])} pairs)", xlim=(-0.02, 1.02))
+    axes[0].set_yticks(range(len(models)), models)
+    axes[0].invert_yaxis()
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

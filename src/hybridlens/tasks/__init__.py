@@ -1,0 +1,1 @@
+"""Prompt generators: dictionary retrieval with language and persona style channels."""

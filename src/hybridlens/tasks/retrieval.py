@@ -1,0 +1,173 @@
+"""Dictionary-retrieval prompts, generated from a seed.
+
+Prompt                one item: text, answer, style (language, persona) and character spans of its parts
+make_prompts          n seeded prompts in one format
+clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's; two positions differ
+donor_host_pairs      (donor, host): same dictionary, different queried key
+FORMATS               the three text formats: chat, list, rev
+"""
+
+import random
+from dataclasses import dataclass, field
+
+from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
+
+FORMATS = ("chat", "list", "rev")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One retrieval item. Spans are (start, end) character offsets into `text`."""
+
+    text: str
+    answer: str  # the queried value, in the context's language
+    marker: str  # the persona's style token, expected right after the answer
+    fmt: str
+    language: int
+    persona: str
+    pairs: tuple[tuple[str, str], ...]  # (key, value concept), in context order
+    query: int  # index into pairs of the queried entry
+    spans: dict[str, tuple[int, int]] = field(compare=False)
+
+    @property
+    def target(self) -> str:
+        return self.answer + " " + self.marker
+
+
+def _render(fmt, pairs, query, language, persona, forms):
+    """Build the text word by word, recording the character span of every entry part."""
+    f = forms[language]
+    words, spans = [], {}
+
+    def put(word, name=None):
+        start = sum(len(w) + 1 for w in words)
+        words.append(word)
+        if name:
+            spans[name] = (start, start + len(word))
+        return start
+
+    for w in ("Persona", ":"):
+        put(w)
+    put(persona, "persona")
+    put(".")
+    if fmt == "rev":
+        for i, (k, v) in enumerate(pairs):
+            put(f[v], f"value{i}")
+            for w in ("is", "the", "value", "of"):
+                put(w)
+            put(k, f"key{i}")
+            put("," if i < len(pairs) - 1 else ".")
+    else:
+        header = [f["Dictionary"], ":"] if fmt == "chat" else [f["Lookup"], f["table"], ":"]
+        for w in header:
+            put(w)
+        for i, (k, v) in enumerate(pairs):
+            if fmt == "list":
+                put("*")
+            put(k, f"key{i}")
+            put("=")
+            put(f[v], f"value{i}")
+            if fmt == "chat":
+                put("," if i < len(pairs) - 1 else ".")
+    q_words = question_words(fmt, pairs[query][0])
+    q_start = put(q_words[0])
+    for w in q_words[1:]:
+        put(w, "query" if w == pairs[query][0] else None)
+    text = " ".join(words)
+    spans["question"] = (q_start, len(text))
+    spans["final"] = (len(text) - 1, len(text))
+    return text, spans
+
+
+def question_words(fmt: str, key: str) -> list[str]:
+    """The question, ending right before the answer (language-neutral, so it carries no style)."""
+    if fmt == "list":
+        return ["Which", "value", "does", key, "map", "to", "?"]
+    return ["Question", ":", "What", "is", "the", "value", "of", key, "?"]
+
+
+def make_prompt(pairs, query, fmt="chat", language=0, persona="pirate", n_languages=2) -> Prompt:
+    """A prompt from an explicit dictionary; `pairs` are (key, value concept)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown task format {fmt!r}; use one of {FORMATS}")
+    forms = language_forms(n_languages)
+    text, spans = _render(fmt, pairs, query, language, persona, forms)
+    answer = forms[language][pairs[query][1]]
+    return Prompt(text, answer, PERSONAS[persona], fmt, language, persona, tuple(pairs), query, spans)
+
+
+def sample_dictionary(rng: random.Random, n_pairs: int, keys=KEYS, values=VALUES):
+    return list(zip(rng.sample(list(keys), n_pairs), rng.sample(list(values), n_pairs), strict=True))
+
+
+def make_prompts(
+    seed: int,
+    n: int,
+    n_pairs: int,
+    fmt: str = "chat",
+    n_languages: int = 2,
+    languages=None,
+    personas=None,
+    keys=KEYS,
+    values=VALUES,
+) -> list[Prompt]:
+    """`n` prompts; language and persona are drawn uniformly from the given lists (default: all)."""
+    rng = random.Random(seed)
+    languages = list(range(n_languages)) if languages is None else list(languages)
+    personas = list(PERSONAS) if personas is None else list(personas)
+    out = []
+    for _ in range(n):
+        pairs = sample_dictionary(rng, n_pairs, keys, values)
+        out.append(
+            make_prompt(pairs, rng.randrange(n_pairs), fmt, rng.choice(languages), rng.choice(personas), n_languages)
+        )
+    return out
+
+
+def clean_corrupt_pairs(prompts: list[Prompt], seed: int, n_languages: int = 2):
+    """Corrupt = the target's value swapped with a random distractor's; the answer becomes the distractor's."""
+    rng = random.Random(seed)
+    out = []
+    for p in prompts:
+        j = rng.choice([i for i in range(len(p.pairs)) if i != p.query])
+        pairs = list(p.pairs)
+        (kq, vq), (kj, vj) = pairs[p.query], pairs[j]
+        pairs[p.query], pairs[j] = (kq, vj), (kj, vq)
+        out.append((p, make_prompt(pairs, p.query, p.fmt, p.language, p.persona, n_languages)))
+    return out
+
+
+def donor_host_pairs(prompts: list[Prompt], seed: int, n_languages: int = 2):
+    """Donor asks the prompt's key A; host asks another key B of the same dictionary."""
+    rng = random.Random(seed)
+    out = []
+    for p in prompts:
+        b = rng.choice([i for i in range(len(p.pairs)) if i != p.query])
+        out.append((p, make_prompt(list(p.pairs), b, p.fmt, p.language, p.persona, n_languages)))
+    return out
+
+
+POSITION_SETS = ("final", "question", "dict", "all")
+
+
+def token_positions(prompt: Prompt, offsets, part: str) -> list[int]:
+    """Token indices of a part of `prompt`, from the tokenizer's character offsets.
+
+    part: a position set (final, question, dict = every key and value token, all) or a span name
+    (query, persona, key{i}, value{i}). Works for any tokenizer that reports offsets.
+    """
+    if part == "all":
+        return list(range(len(offsets)))
+    if part == "final":
+        return [len(offsets) - 1]
+    if part == "dict":
+        names = [n for n in prompt.spans if n.startswith(("key", "value"))]
+    elif part in prompt.spans:
+        names = [part]
+    else:
+        raise ValueError(f"unknown prompt part {part!r}; use {POSITION_SETS} or one of {sorted(prompt.spans)}")
+    out = []
+    for name in names:
+        s, e = prompt.spans[name]
+        out += [i for i, (a, b) in enumerate(offsets) if a < e and b > s and b > a]
+    return sorted(set(out))

@@ -1,0 +1,220 @@
+"""Word lists for the retrieval tasks.
+
+KEYS: language-neutral query words. VALUES: concepts with one surface form per toy language
+(language 0 is English, the others are pseudo-words). PERSONAS: name -> marker token the model
+writes after its answer. NEUTRAL: function words shared by every language.
+"""
+
+import random
+
+KEYS = [
+    "garlic",
+    "tomato",
+    "grape",
+    "apple",
+    "lemon",
+    "onion",
+    "carrot",
+    "pepper",
+    "melon",
+    "peach",
+    "plum",
+    "cherry",
+    "olive",
+    "bean",
+    "rice",
+    "wheat",
+    "horse",
+    "tiger",
+    "eagle",
+    "whale",
+    "snake",
+    "mouse",
+    "rabbit",
+    "zebra",
+    "camel",
+    "otter",
+    "llama",
+    "panda",
+    "shark",
+    "raven",
+    "moose",
+    "lizard",
+    "chair",
+    "table",
+    "spoon",
+    "knife",
+    "brush",
+    "candle",
+    "mirror",
+    "basket",
+    "ladder",
+    "bucket",
+    "hammer",
+    "pillow",
+    "blanket",
+    "window",
+    "door",
+    "violin",
+    "drum",
+    "flute",
+    "guitar",
+    "piano",
+    "trumpet",
+    "harp",
+    "banjo",
+    "kettle",
+    "teapot",
+    "lantern",
+    "compass",
+    "anchor",
+    "saddle",
+    "barrel",
+]
+
+VALUES = [
+    "fire",
+    "ice",
+    "stone",
+    "water",
+    "wind",
+    "cloud",
+    "river",
+    "ocean",
+    "sand",
+    "snow",
+    "rain",
+    "storm",
+    "thunder",
+    "light",
+    "shadow",
+    "smoke",
+    "gold",
+    "silver",
+    "iron",
+    "copper",
+    "glass",
+    "paper",
+    "silk",
+    "wool",
+    "salt",
+    "sugar",
+    "honey",
+    "milk",
+    "bread",
+    "cheese",
+    "butter",
+    "wine",
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "purple",
+    "orange",
+    "black",
+    "white",
+    "north",
+    "south",
+    "east",
+    "west",
+    "summer",
+    "winter",
+    "spring",
+    "autumn",
+    "king",
+    "queen",
+    "knight",
+    "bishop",
+    "castle",
+    "tower",
+    "bridge",
+    "forest",
+    "valley",
+    "desert",
+    "island",
+    "mountain",
+    "garden",
+    "meadow",
+    "cave",
+    "lake",
+]
+
+PERSONAS = {"pirate": "arr", "robot": "beep", "poet": "alas", "butler": "indeed"}
+
+# Header words of the context carry the language too, so the language is visible before any value.
+HEADERS = ("Dictionary", "Lookup", "table")
+
+NEUTRAL = [
+    ":",
+    ",",
+    ".",
+    "=",
+    "*",
+    "?",
+    "Persona",
+    "Question",
+    "What",
+    "is",
+    "the",
+    "value",
+    "of",
+    "Which",
+    "does",
+    "map",
+    "to",
+]
+
+_SYLLABLES = [
+    "ka",
+    "ke",
+    "ki",
+    "ko",
+    "ku",
+    "ra",
+    "re",
+    "ri",
+    "ro",
+    "ru",
+    "ta",
+    "te",
+    "ti",
+    "to",
+    "tu",
+    "na",
+    "ne",
+    "ni",
+    "no",
+    "nu",
+    "sa",
+    "se",
+    "si",
+    "so",
+    "su",
+    "ma",
+    "me",
+    "mi",
+    "mo",
+    "mu",
+]
+
+
+def language_forms(n_languages: int) -> list[dict[str, str]]:
+    """One dict per language mapping each VALUES/HEADERS word to its surface form.
+
+    Pseudo-words are drawn from a fixed generator, so every run and every model shares them.
+    """
+    rng = random.Random(1234)
+    words = list(VALUES) + list(HEADERS)
+    forms = [{w: w for w in words}]
+    taken = set(words) | set(KEYS) | set(NEUTRAL) | set(PERSONAS) | set(PERSONAS.values())
+    for _ in range(1, n_languages):
+        table = {}
+        for w in words:
+            while True:
+                cand = "".join(rng.choice(_SYLLABLES) for _ in range(3))
+                if cand not in taken:
+                    break
+            taken.add(cand)
+            table[w] = cand
+        forms.append(table)
+    return forms

@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny random-weight models of all three families, saved and reloaded for real."""
+
+import pytest
+import torch
+
+from hybridlens.models.adapter import load_model
+from hybridlens.models.toy import build_tokenizer, build_toy_model
+
+# Layouts with at least two attention layers where the family has them.
+TINY = {
+    "qwen3_5": dict(hidden_size=32, layout="LLALLA", heads=2),
+    "granitemoehybrid": dict(hidden_size=24, layout="LLALLA", heads=2),
+    "falcon_h1": dict(hidden_size=32, layout="PPP", heads=2),
+}
+FAMILIES = list(TINY)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer(2)
+
+
+@pytest.fixture(scope="session")
+def saved_models(tmp_path_factory, tokenizer):
+    """family -> directory of a random-weight model saved with save_pretrained (+ tokenizer)."""
+    out = {}
+    for family, spec in TINY.items():
+        model = build_toy_model(family, len(tokenizer), seed=0, **spec)
+        path = tmp_path_factory.mktemp(family)
+        model.save_pretrained(path, safe_serialization=True)
+        tokenizer.save_pretrained(path)
+        out[family] = path
+    return out
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def hm(request, saved_models):
+    """A HybridModel per family, loaded through the adapter's real loading path."""
+    torch.manual_seed(0)
+    return load_model(saved_models[request.param])

@@ -1,0 +1,132 @@
+import pytest
+import torch
+
+from hybridlens.interventions.cache import greedy, prefill
+from hybridlens.interventions.patch import run
+from hybridlens.models.adapter import HybridModel, UnsupportedModel, load_model, parse_site
+from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.retrieval import make_prompts
+
+
+def _ids(hm, n=3, n_pairs=4, seed=0):
+    prompts = make_prompts(seed, n, n_pairs, "chat")
+    return hm.encode([p.text for p in prompts])[0]
+
+
+def test_kinds_and_groups(hm):
+    expected = {
+        "qwen3_5": (["linear", "linear", "attention"] * 2, [[0, 1], [3, 4]]),
+        "granitemoehybrid": (["linear", "linear", "attention"] * 2, [[0, 1], [3, 4]]),
+        "falcon_h1": (["parallel"] * 3, [[0], [1], [2]]),
+    }[hm.family.name]
+    assert (hm.kinds, hm.groups) == expected
+
+
+@torch.no_grad()
+def test_patch_with_own_activations_is_identity(hm):
+    ids = _ids(hm)
+    plain = hm.model(ids).logits
+    sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in ("resid_pre", "mixer_out", "layer_out")]
+    captured = run(hm, ids, capture=sites).captured
+    for site in sites:  # one site at a time, all positions, own values
+        patched = run(hm, ids, patch={site: (None, captured[site])}).logits
+        assert (patched - plain).abs().max().item() <= 1e-5, site
+    # all sites at once, at a position subset
+    cap = run(hm, ids, capture=sites, positions=[0, 5, -1]).captured
+    patched = run(hm, ids, patch={s: ([0, 5, -1], cap[s]) for s in sites}).logits
+    assert (patched - plain).abs().max().item() <= 1e-5
+
+
+@torch.no_grad()
+def test_patch_changes_output(hm):
+    """A patch with other values must reach the logits (guards against hooks that do nothing)."""
+    ids = _ids(hm)
+    plain = hm.model(ids).logits
+    zero = torch.zeros(ids.shape[0], 1, hm.d_model)
+    patched = run(hm, ids, patch={"layers.0.mixer_out": ([-1], zero)}).logits
+    assert (patched[:, -1] - plain[:, -1]).abs().max().item() > 1e-3
+    assert torch.equal(patched[:, :-1], plain[:, :-1])  # causal: earlier positions untouched
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("split", [1, 17, -1])
+def test_prefill_then_continue_equals_full_forward(hm, split):
+    ids = _ids(hm)
+    t = split % ids.shape[1]
+    full = hm.model(ids).logits[:, -1]
+    _, cache = prefill(hm, ids[:, :t])
+    cont = hm.model(ids[:, t:], past_key_values=cache, use_cache=True).logits[:, -1]
+    assert (cont - full).abs().max().item() <= 1e-4
+
+
+@torch.no_grad()
+def test_greedy_from_cache_equals_greedy_from_prompt(hm):
+    ids = _ids(hm)
+    whole, _ = greedy(hm, ids, 3)
+    _, cache = prefill(hm, ids[:, :-4])
+    cont, _ = greedy(hm, ids[:, -4:], 3, cache=cache)
+    assert torch.equal(whole, cont)
+
+
+@torch.no_grad()
+def test_layer_out_equals_next_resid_pre(hm):
+    ids = _ids(hm)
+    sites = [f"layers.{i}.layer_out" for i in range(hm.n_layers - 1)]
+    sites += [f"layers.{i + 1}.resid_pre" for i in range(hm.n_layers - 1)]
+    cap = run(hm, ids, capture=sites).captured
+    for i in range(hm.n_layers - 1):
+        assert torch.equal(cap[f"layers.{i}.layer_out"], cap[f"layers.{i + 1}.resid_pre"])
+
+
+@torch.no_grad()
+def test_cache_sites_read_and_write(hm):
+    ids = _ids(hm)
+    _, cache = prefill(hm, ids)
+    lin, att = hm.linear_layers()[0], hm.attention_layers()[0]
+    state = hm.read_cache(cache, f"layers.{lin}.state")
+    keys, values = hm.read_cache(cache, f"layers.{att}.kv")
+    assert state.shape[0] == ids.shape[0] and keys.shape[-2] == ids.shape[1] == values.shape[-2]
+    hm.write_cache(cache, f"layers.{lin}.state", torch.zeros_like(state))
+    assert hm.read_cache(cache, f"layers.{lin}.state").abs().sum() == 0
+    with pytest.raises(ValueError, match="shape"):
+        hm.write_cache(cache, f"layers.{lin}.conv", torch.zeros(1, 2, 3))
+
+
+def test_unknown_site_names_valid_ones(hm):
+    with pytest.raises(LookupError, match="unknown site 'layers.0.attn_weights'.*resid_pre"):
+        parse_site("layers.0.attn_weights")
+    with pytest.raises(LookupError, match="out of range"):
+        hm.module_for(f"layers.{hm.n_layers}.resid_pre")
+    if "attention" in hm.kinds:
+        with pytest.raises(LookupError, match="attention layer, it has no state"):
+            hm.read_cache(None, f"layers.{hm.kinds.index('attention')}.state")
+
+
+def test_unembed_matches_model_logits(hm):
+    ids = _ids(hm)
+    with torch.no_grad():
+        cap = run(hm, ids, capture=[f"layers.{hm.n_layers - 1}.layer_out"], positions=[-1])
+        lens = hm.unembed(cap.captured[f"layers.{hm.n_layers - 1}.layer_out"][:, 0])
+    assert (lens - cap.logits[:, -1]).abs().max().item() <= 1e-5
+
+
+def test_refuses_model_without_linear_layers(tokenizer):
+    model = build_toy_model("qwen3_5", len(tokenizer), 32, "AA", heads=2)
+    with pytest.raises(UnsupportedModel, match="no linear layers"):
+        HybridModel(model, tokenizer, "attention-only")
+
+
+def test_refuses_unknown_family(tmp_path, tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    ).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModel, match="model_type 'llama' is not a hybrid family"):
+        load_model(tmp_path)

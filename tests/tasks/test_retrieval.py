@@ -1,0 +1,82 @@
+import pytest
+
+from hybridlens.models.toy import build_tokenizer, toy_vocabulary
+from hybridlens.tasks.retrieval import (
+    FORMATS,
+    clean_corrupt_pairs,
+    donor_host_pairs,
+    make_prompts,
+    token_positions,
+)
+from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
+
+TOK = build_tokenizer(3)
+
+
+def _enc(texts):
+    return TOK(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_word_is_one_token_and_round_trips(fmt):
+    prompts = make_prompts(0, 20, 16, fmt, n_languages=3)
+    for p in prompts:
+        ids = TOK(p.text + " " + p.target, add_special_tokens=False)["input_ids"]
+        assert len(ids) == len((p.text + " " + p.target).split())
+        assert TOK.unk_token_id not in ids
+        assert TOK.decode(ids) == p.text + " " + p.target
+
+
+def test_vocabularies_are_disjoint():
+    forms = language_forms(3)
+    langs = [set(f[v] for v in VALUES) for f in forms]
+    assert not set(KEYS) & set(VALUES)
+    assert all(not (langs[i] & langs[j]) for i in range(3) for j in range(i + 1, 3))
+    assert len(toy_vocabulary(3)) == len(set(toy_vocabulary(3)))
+
+
+def test_generator_is_deterministic():
+    assert make_prompts(7, 10, 8, "rev") == make_prompts(7, 10, 8, "rev")
+    assert make_prompts(7, 10, 8, "rev") != make_prompts(8, 10, 8, "rev")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_answer_is_the_queried_value_in_the_context_language(fmt):
+    for p in make_prompts(1, 30, 8, fmt, n_languages=2):
+        key, concept = p.pairs[p.query]
+        assert p.answer == language_forms(2)[p.language][concept]
+        assert p.text[slice(*p.spans["query"])] == key
+        assert p.text[slice(*p.spans[f"value{p.query}"])] == p.answer
+        assert p.marker == PERSONAS[p.persona]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_clean_corrupt_differ_in_exactly_two_positions(fmt):
+    for clean, corrupt in clean_corrupt_pairs(make_prompts(2, 30, 8, fmt), seed=3):
+        a, b = _enc([clean.text])["input_ids"][0], _enc([corrupt.text])["input_ids"][0]
+        assert len(a) == len(b)
+        assert sum(x != y for x, y in zip(a, b, strict=True)) == 2
+        assert corrupt.answer != clean.answer and corrupt.answer in clean.text.split()
+
+
+def test_donor_host_share_the_dictionary_and_differ_in_the_key():
+    for donor, host in donor_host_pairs(make_prompts(4, 30, 8, "chat"), seed=5):
+        assert donor.pairs == host.pairs and donor.query != host.query
+        a, b = _enc([donor.text])["input_ids"][0], _enc([host.text])["input_ids"][0]
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        assert len(diff) == 1 and diff[0] in token_positions(host, _enc([host.text])["offset_mapping"][0], "query")
+
+
+def test_token_positions_of_parts():
+    p = make_prompts(0, 1, 4, "chat")[0]
+    off = _enc([p.text])["offset_mapping"][0]
+    words = p.text.split()
+    assert token_positions(p, off, "final") == [len(words) - 1]
+    assert [words[i] for i in token_positions(p, off, "query")] == [p.pairs[p.query][0]]
+    dict_words = {words[i] for i in token_positions(p, off, "dict")}
+    assert dict_words == {k for k, _ in p.pairs} | {
+        w for w in words if w in {language_forms(2)[p.language][v] for _, v in p.pairs}
+    }
+    assert words[token_positions(p, off, "question")[0]] == "Question"
+    with pytest.raises(ValueError, match="unknown prompt part 'nope'"):
+        token_positions(p, off, "nope")

@@ -1,0 +1,155 @@
+"""The Snakefile end to end on tests/config (three tiny toy models), in temporary directories."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from hybridlens.experiments.extract import extract
+from hybridlens.experiments.zoo import evaluate_model
+from hybridlens.models.adapter import load_model
+from hybridlens.store import read_store
+from hybridlens.tasks.retrieval import make_prompts
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+PARTS = ["Snakefile", "rules", "workflow_scripts", "config", "profiles", "report", "tests/config"]
+MODELS = ["qwen_tiny", "granite_tiny", "falcon_tiny"]
+
+
+def workdir(tmp_path):
+    for part in PARTS:
+        src, dst = REPO / part, tmp_path / part
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    return tmp_path
+
+
+def snakemake(cwd, *args, **kw):
+    cmd = [SNAKEMAKE, "--cores", "2", "--configfile", "tests/config/config.yaml", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def run1(tmp_path_factory):
+    cwd = workdir(tmp_path_factory.mktemp("run1"))
+    res = snakemake(cwd, "--workflow-profile", "profiles/local")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return cwd
+
+
+def test_eval_json_matches_a_fresh_evaluation(run1):
+    config = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())
+    for name in MODELS:
+        saved = json.loads((run1 / f"results/models/{name}/eval.json").read_text())
+        hm = load_model(run1 / f"results/models/{name}")
+        fresh = evaluate_model(hm, 9001, config["zoo"]["eval_n"], config["zoo"]["eval_pairs"], 2)
+        assert saved["rows"] == fresh
+
+
+def test_store_equals_direct_extraction_and_records_provenance(run1):
+    hm = load_model(run1 / "results/models/qwen_tiny")
+    prompts = make_prompts(1, 6, 4, "chat", 2)
+    sites = [f"layers.{i}.{s}" for i in range(hm.n_layers) for s in ("resid_pre", "mixer_out", "layer_out")]
+    direct = extract(hm, prompts, sites)
+    data, attrs = read_store(run1 / "results/activations/qwen_tiny/chat4.h5")
+    assert set(sites) <= set(data)
+    for site in sites:
+        np.testing.assert_array_equal(data[site], direct[site])
+    assert data["layers.0.resid_pre"].shape == (6, 1, 32)
+    assert attrs["seed"] == 1 and attrs["kinds"] == ",".join(hm.kinds)
+    assert {"model_source", "config_hash", "tokenizer_hash", "versions"} <= set(attrs)
+    assert json.loads(attrs["versions"])["torch"] == torch.__version__
+
+
+def test_logit_lens_tables(run1):
+    lens = pd.read_csv(run1 / "results/activations/qwen_tiny/chat4.lens.tsv", sep="\t")
+    assert len(lens) == 6 * 6 and lens["answer_rank"].between(1, 224).all()
+    summary = pd.read_csv(run1 / "results/tables/logit_lens_chat4.tsv", sep="\t")
+    q = summary[summary["model"] == "qwen_tiny"].set_index("layer")
+    assert q["rank_median"].to_dict() == lens.groupby("layer")["answer_rank"].median().to_dict()
+    assert list(q["kind"]) == ["linear", "linear", "attention"] * 2
+    assert (run1 / "results/figures/logit_lens_chat4.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_noop_rerun_does_nothing(run1):
+    res = snakemake(run1, "-n")
+    assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        ("models.qwen_tiny.family: mamba9", "family"),
+        ("zoo.gate: 2", "gate"),
+        ("models.qwen_tiny.source.toy.layout: LLXA", "layout"),
+    ],
+)
+def test_bad_config_is_refused_before_any_job(tmp_path, edit, key):
+    cwd = workdir(tmp_path)
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    path, value = edit.split(": ")
+    node = cfg
+    *parents, last = path.split(".")
+    for p in parents:
+        node = node[p]
+    node[last] = yaml.safe_load(value)
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(cwd, "-n")
+    assert res.returncode != 0
+    assert key in res.stderr and "valid" in res.stderr.lower()
+    assert not (cwd / "results/models").exists()
+
+
+def test_killed_extraction_leaves_no_partial_store_and_reruns_identically(run1, tmp_path):
+    """SIGKILL the whole workflow while an HDF5 store is being written; the rerun completes it."""
+    cwd = workdir(tmp_path)
+    # A large extra prompt set, so that writing its store takes long enough to be caught.
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    cfg["tasks"]["big"] = {"format": "chat", "n_pairs": 4, "n": 3000, "seed": 2}
+    cfg["extract"]["tasks"] = ["chat4", "big"]
+    cfg["extract"]["batch_size"] = 500
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        SNAKEMAKE,
+        "--cores",
+        "2",
+        "--configfile",
+        "tests/config/config.yaml",
+        "--workflow-profile",
+        "profiles/local",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline, killed = time.time() + 300, False
+    while time.time() < deadline and proc.poll() is None:
+        if list((cwd / "results/activations").glob("*/.*.h5.tmp-*")):
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.0005)
+    proc.wait()
+    assert killed, "no temporary HDF5 file was seen while the workflow ran"
+    res = snakemake(cwd, "--workflow-profile", "profiles/local")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not list(cwd.glob("results/**/.*tmp-*"))
+    big, _ = read_store(cwd / "results/activations/qwen_tiny/big.h5")
+    assert big["layers.5.layer_out"].shape == (3000, 1, 32) and np.isfinite(big["layers.5.layer_out"]).all()
+    for name in MODELS:  # two runs of the test config write identical datasets
+        a, _ = read_store(run1 / f"results/activations/{name}/chat4.h5")
+        b, _ = read_store(cwd / f"results/activations/{name}/chat4.h5")
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])

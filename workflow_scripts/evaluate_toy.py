@@ -1,0 +1,18 @@
+# Evaluate a trained toy model on held-out prompts and apply the accuracy gate (rule evaluate_toy).
+import json
+
+import torch
+
+from hybridlens.experiments.zoo import check_gate, evaluate_model
+from hybridlens.models.adapter import load_model
+from hybridlens.runlog import script_log
+
+with script_log(snakemake.log[0]) as log:
+    torch.set_num_threads(snakemake.threads)
+    zoo = snakemake.params.zoo
+    hm = load_model(snakemake.params.source)
+    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], zoo["eval_pairs"], zoo["n_languages"])
+    log.info("eval %s: %s", snakemake.wildcards.model, rows)
+    check_gate(snakemake.wildcards.model, rows, zoo["gate"])
+    with open(snakemake.output.json, "w") as f:
+        json.dump({"model": snakemake.wildcards.model, "gate": zoo["gate"], "rows": rows}, f, indent=1)

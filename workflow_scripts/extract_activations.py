@@ -1,0 +1,23 @@
+# Extract activations for one (model, prompt set) into HDF5, plus the logit-lens table.
+import pandas as pd
+import torch
+
+from hybridlens.experiments.extract import extract, logit_lens
+from hybridlens.models.adapter import load_model
+from hybridlens.runlog import script_log
+from hybridlens.store import provenance, write_store
+from hybridlens.tasks.retrieval import make_prompts
+
+with script_log(snakemake.log[0]) as log:
+    torch.set_num_threads(snakemake.threads)
+    task, cfg = snakemake.params.task, snakemake.params.extract
+    hm = load_model(**snakemake.params.model)
+    prompts = make_prompts(task["seed"], task["n"], task["n_pairs"], task["format"], snakemake.params.n_languages)
+    sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in cfg["sites"]]
+    sites += [f"layers.{layer}.layer_out" for layer in range(hm.n_layers)]
+    data = extract(hm, prompts, list(dict.fromkeys(sites)), cfg["position_set"], cfg["batch_size"])
+    pd.DataFrame(logit_lens(hm, data)).to_csv(snakemake.output.lens, sep="\t", index=False)
+    keep = {k: v for k, v in data.items() if not k.endswith("layer_out") or "layer_out" in cfg["sites"]}
+    attrs = provenance(hm.source, snakemake.params.config_hash, hm.tokenizer, task["seed"])
+    write_store(snakemake.output.h5, keep, attrs | {"kinds": ",".join(hm.kinds)}, cfg["dtype"])
+    log.info("stored %d datasets for %d prompts", len(keep), len(prompts))
