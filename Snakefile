@@ -11,6 +11,6 @@ report: "report/workflow.rst"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True

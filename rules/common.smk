@@ -1,12 +1,10 @@
 # Validation, wildcard constraints, input functions and the final-output list.
 from snakemake.utils import validate
 
-
 # A preset passed with --configfile is a whole config (it replaces the toy registry, not merges into it).
 if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
-
 
 
 validate(config, "../config/schema.yaml")
@@ -51,14 +49,20 @@ def model_params(wildcards):
 
 def res(key, default):
     """A per-model resource from the registry, as a rule-level callable (SLURM requests follow it)."""
-    return lambda wildcards: config["models"][wildcards.model].get("resources", {}).get(key, default)
+    return (
+        lambda wildcards: config["models"][wildcards.model]
+        .get("resources", {})
+        .get(key, default)
+    )
 
 
 def selected(section, key, universe):
     chosen = config[section][key] or list(universe)
     unknown = sorted(set(chosen) - set(universe))
     if unknown:
-        raise ValueError(f"config {section}.{key}: unknown names {unknown}; choose from {sorted(universe)}")
+        raise ValueError(
+            f"config {section}.{key}: unknown names {unknown}; choose from {sorted(universe)}"
+        )
     return chosen
 
 

@@ -8,21 +8,26 @@ rule extract_activations:
     output:
         h5="results/activations/{model}/{task}.h5",
         lens="results/activations/{model}/{task}.lens.tsv",
-    params:
-        model=model_params,
-        task=lambda wc: config["tasks"][wc.task],
-        extract=config["extract"],
-        n_languages=config["zoo"]["n_languages"],
-        config_hash=lambda wc: {"model": config["models"][wc.model], "task": config["tasks"][wc.task]},
     log:
         "logs/extract_activations/{model}/{task}.log",
     benchmark:
         "benchmarks/extract_activations/{model}/{task}.tsv"
+    conda:
+        "../environment.yml"
     threads: 1
     resources:
         mem_mb=res("mem_mb", 2000),
         runtime=res("runtime", 20),
         gpu=res("gpus", 0),
+    params:
+        model=model_params,
+        task=lambda wc: config["tasks"][wc.task],
+        extract=config["extract"],
+        n_languages=config["zoo"]["n_languages"],
+        config_hash=lambda wc: {
+            "model": config["models"][wc.model],
+            "task": config["tasks"][wc.task],
+        },
     script:
         "../workflow_scripts/extract_activations.py"
 
@@ -38,14 +43,16 @@ rule plot_logit_lens:
     output:
         pdf=report("results/figures/logit_lens_{task}.pdf", category="Activations"),
         tsv="results/tables/logit_lens_{task}.tsv",
-    params:
-        models=selected("extract", "models", config["models"]),
     log:
         "logs/plot_logit_lens/{task}.log",
     benchmark:
         "benchmarks/plot_logit_lens/{task}.tsv"
+    conda:
+        "../environment.yml"
     threads: 1
     resources:
         mem_mb=1000,
+    params:
+        models=selected("extract", "models", config["models"]),
     script:
         "../workflow_scripts/plot_logit_lens.py"

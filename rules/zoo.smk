@@ -8,18 +8,20 @@ rule train_toy:
         weights="results/models/{model}/model.safetensors",
         tokenizer="results/models/{model}/tokenizer.json",
         curve="results/models/{model}/curve.csv",
-    params:
-        family=lambda wc: config["models"][wc.model]["family"],
-        toy=lambda wc: config["models"][wc.model]["source"]["toy"],
-        zoo=config["zoo"],
     log:
         "logs/train_toy/{model}.log",
     benchmark:
         "benchmarks/train_toy/{model}.tsv"
+    conda:
+        "../environment.yml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=30,
+    params:
+        family=lambda wc: config["models"][wc.model]["family"],
+        toy=lambda wc: config["models"][wc.model]["source"]["toy"],
+        zoo=config["zoo"],
     script:
         "../workflow_scripts/train_toy.py"
 
@@ -31,17 +33,20 @@ rule evaluate_toy:
         weights=rules.train_toy.output.weights,
     output:
         json="results/models/{model}/eval.json",
-    params:
-        source=lambda wc: f"results/models/{wc.model}",
-        zoo=config["zoo"],
     log:
         "logs/evaluate_toy/{model}.log",
     benchmark:
         "benchmarks/evaluate_toy/{model}.tsv"
+    conda:
+        "../environment.yml"
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        source=lambda wc: f"results/models/{wc.model}",
+        zoo=config["zoo"],
+        gate=lambda wc: config["models"][wc.model]["source"]["toy"].get("gate", config["zoo"]["gate"]),
     script:
         "../workflow_scripts/evaluate_toy.py"
 
@@ -55,15 +60,17 @@ rule plot_zoo:
         curves=report("results/figures/zoo_training.pdf", category="Toy zoo"),
         table=report("results/figures/zoo_eval.pdf", category="Toy zoo"),
         tsv="results/tables/zoo_eval.tsv",
-    params:
-        names=toy_models(),
-        gate=config["zoo"]["gate"],
     log:
         "logs/plot_zoo/plot_zoo.log",
     benchmark:
         "benchmarks/plot_zoo/plot_zoo.tsv"
+    conda:
+        "../environment.yml"
     threads: 1
     resources:
         mem_mb=1000,
+    params:
+        names=toy_models(),
+        gate=config["zoo"]["gate"],
     script:
         "../workflow_scripts/plot_zoo.py"

@@ -9,10 +9,14 @@ from hybridlens.runlog import script_log
 
 with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
-    zoo = snakemake.params.zoo
+    zoo, gate = snakemake.params.zoo, snakemake.params.gate
     hm = load_model(snakemake.params.source)
     rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], zoo["eval_pairs"], zoo["n_languages"])
     log.info("eval %s: %s", snakemake.wildcards.model, rows)
-    check_gate(snakemake.wildcards.model, rows, zoo["gate"])
+    check_gate(snakemake.wildcards.model, rows, gate, zoo["formats"])
     with open(snakemake.output.json, "w") as f:
-        json.dump({"model": snakemake.wildcards.model, "gate": zoo["gate"], "rows": rows}, f, indent=1)
+        json.dump(
+            {"model": snakemake.wildcards.model, "gate": gate, "gated_formats": zoo["formats"], "rows": rows},
+            f,
+            indent=1,
+        )

@@ -32,6 +32,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         seed=toy.get("seed", 0),
         n_languages=zoo["n_languages"],
         extra_queries=zoo["extra_queries"],
+        formats=zoo["formats"],
         progress=progress,
     )
     out_dir = Path(out_dir)

@@ -1,0 +1,50 @@
+import random
+
+import pytest
+import torch
+
+from hybridlens.experiments.zoo import GateFailed, check_gate, evaluate_model, train_toy, training_batch
+from hybridlens.models.adapter import HybridModel, load_model
+from hybridlens.models.registry import train_and_save
+from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.retrieval import make_prompts
+
+ZOO = dict(n_languages=2, steps=40, batch_size=8, lr=3e-3, extra_queries=1, formats=["chat"], curriculum=[[1000, 4]])
+
+
+def test_training_batch_targets_are_answers_and_markers(tokenizer):
+    prompts = make_prompts(0, 4, 4, "chat")
+    ids, targets = training_batch(tokenizer, prompts, 2, random.Random(0), 2)
+    words = tokenizer.convert_ids_to_tokens(ids[0].tolist())
+    assert [words[t] for t in targets[:2]] == [prompts[0].answer, prompts[0].marker]
+    assert words[: len(prompts[0].text.split())] == prompts[0].text.split()
+    assert len(targets) == 6 and words[targets[2] - 1] == "?"
+
+
+def test_short_training_lowers_the_loss(tokenizer):
+    model = build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2)
+    curve = train_toy(model, tokenizer, 100, [[1000, 2]], batch_size=8, lr=3e-3, progress=False, log_every=10)
+    first, last = curve[0]["loss"], sum(r["loss"] for r in curve[-2:]) / 2
+    assert last < 0.8 * first  # an untrained model stays at ~1.0x
+
+
+def test_saved_model_reloads_through_the_adapter_with_identical_logits(tmp_path):
+    train_and_save("granitemoehybrid", {"hidden_size": 24, "layout": "LLA", "heads": 2}, ZOO, tmp_path, False)
+    hm = load_model(tmp_path)
+    tok = build_tokenizer(2)
+    fresh = build_toy_model("granitemoehybrid", len(tok), 24, "LLA", heads=2)
+    fresh.load_state_dict(hm.model.state_dict())
+    ids = torch.tensor([tok.convert_tokens_to_ids(make_prompts(0, 1, 4)[0].text.split())])
+    with torch.no_grad():
+        assert torch.equal(hm.model(ids).logits, fresh.eval()(ids).logits)
+    assert hm.tokenizer.get_vocab() == tok.get_vocab()
+
+
+def test_gate_fails_on_an_untrained_model(tokenizer):
+    hm = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2).eval(), tokenizer)
+    rows = evaluate_model(hm, seed=5, n=16, n_pairs=4)
+    assert [r["format"] for r in rows] == ["chat", "list", "rev"]
+    assert all(r["retrieval"] < 0.5 for r in rows)
+    with pytest.raises(GateFailed, match=r"model untrained: 4-pair retrieval on format '\w+' is 0\.\d+ < gate 0\.95"):
+        check_gate("untrained", rows, 0.95)
+    check_gate("untrained", rows, 0.0)  # a gate of 0 passes
