@@ -69,7 +69,8 @@ def main():
         t_cap = best(captured, Path(d) / "acts.h5")
         size = (Path(d) / "acts.h5").stat().st_size / 2**20
     print(
-        f"model: {params:.0f}M parameters, {args.layers} layers, hidden {args.hidden}, torch threads {torch.get_num_threads()}"
+        f"model: {params:.0f}M parameters, {args.layers} layers, hidden {args.hidden}, "
+        f"torch threads {torch.get_num_threads()}"
     )
     print(f"workload: {args.prompts} prompts x {args.tokens} tokens, {len(sites)} sites, store {size:.0f} MiB")
     print(f"plain forward: {t_plain:.2f} s; hooked forward + HDF5 write: {t_cap:.2f} s")
