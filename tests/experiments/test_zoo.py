@@ -9,7 +9,17 @@ from hybridlens.models.registry import train_and_save
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
 
-ZOO = dict(n_languages=2, steps=40, batch_size=8, lr=3e-3, extra_queries=1, formats=["chat"], curriculum=[[1000, 4]])
+ZOO = dict(
+    n_languages=2,
+    steps=40,
+    batch_size=8,
+    lr=3e-3,
+    extra_queries=1,
+    formats=["chat"],
+    stages=[4],
+    advance=0.9,
+    done=0.98,
+)
 
 
 def test_training_batch_targets_are_answers_and_markers(tokenizer):
@@ -23,7 +33,7 @@ def test_training_batch_targets_are_answers_and_markers(tokenizer):
 
 def test_short_training_lowers_the_loss(tokenizer):
     model = build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2)
-    curve = train_toy(model, tokenizer, 100, [[1000, 2]], batch_size=8, lr=3e-3, progress=False, log_every=10)
+    curve = train_toy(model, tokenizer, 100, [2], batch_size=8, lr=3e-3, progress=False, log_every=10)
     first, last = curve[0]["loss"], sum(r["loss"] for r in curve[-2:]) / 2
     assert last < 0.8 * first  # an untrained model stays at ~1.0x
 

@@ -1,12 +1,11 @@
 """Train and evaluate the toy zoo.
 
-Curriculum      stages of (until_step, max_pairs)
-train_toy       train a toy model on a seeded mixture of the retrieval tasks; returns the curve
+training_batch  prompts followed by their answers and further questions, with target positions
+train_toy       train a toy model on seeded retrieval prompts with an adaptive curriculum
 evaluate_model  held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate      raise when retrieval is below the threshold
 """
 
-import math
 import random
 
 import torch
@@ -14,7 +13,7 @@ from tqdm import tqdm
 
 from hybridlens.interventions.cache import greedy
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
-from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
+from hybridlens.tasks.vocab import VALUES, language_forms
 
 
 class GateFailed(RuntimeError):
@@ -48,74 +47,65 @@ def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int
     return torch.tensor(rows), torch.tensor(targets)
 
 
-def pairs_for_step(step: int, curriculum, rng) -> int:
-    """Number of dictionary pairs at `step`: uniform over the powers of two up to the stage's max."""
-    max_pairs = next((m for until, m in curriculum if step < until), curriculum[-1][1])
-    choices = [2**k for k in range(1, int(math.log2(max_pairs)) + 1)]
-    return rng.choice(choices)
-
-
 def train_toy(
     model,
     tokenizer,
     steps: int,
-    curriculum,
-    batch_size: int = 32,
-    lr: float = 3e-3,
+    stages=(2, 4, 8),
+    batch_size: int = 64,
+    lr: float = 1.5e-3,
     seed: int = 0,
     n_languages: int = 2,
-    formats=FORMATS,
+    formats=("chat", "list"),
+    extra_queries: int = 7,
+    advance: float = 0.9,
+    done: float = 0.98,
     log_every: int = 25,
     progress: bool = True,
-    lm_weight: float = 0.0,
-    extra_queries: int = 7,
-    keys=KEYS,
-    values=VALUES,
 ):
-    """Adam on the answer and persona-marker tokens of seeded retrieval prompts.
+    """AdamW on the answer and persona-marker tokens of seeded retrieval prompts.
 
-    Returns the training curve as rows {step, n_pairs, loss, accuracy}; accuracy is the
-    teacher-forced answer accuracy of the batch.
+    Curriculum: dictionaries have stages[0] pairs until the running answer accuracy (an EMA over
+    steps of the teacher-forced accuracy on every answer in the batch) reaches `advance`, then
+    stages[1], and so on; training stops early once the last stage reaches `done`. Retrieval
+    emerges abruptly after a plateau whose length varies from seed to seed, so a fixed schedule
+    either wastes steps or moves on before the binding is learned.
+
+    Returns the training curve: rows {step, n_pairs, loss, accuracy}.
     """
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    # No weight decay on gains and biases: decay would pull Qwen3.5's zero-centred q/k-norm gains
-    # back to 1 and keep toy attention too flat to bind keys to values.
+    # No weight decay on gains and biases: decay pulls Qwen3.5's zero-centred norm gains back to 1.
     matrices = [p for p in model.parameters() if p.ndim >= 2]
     vectors = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": matrices, "weight_decay": 0.01}, {"params": vectors, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.1, 1 - s / steps))
+    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
     model.train()
-    curve, bar = [], tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
+    stage, ema, curve = 0, 0.0, []
+    bar = tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
     for step in bar:
-        n_pairs = pairs_for_step(step, curriculum, rng)
-        prompts = make_prompts(
-            rng.randrange(2**31),
-            batch_size,
-            n_pairs,
-            rng.choice(formats),
-            n_languages,
-            keys=keys,
-            values=values,
-        )
+        n_pairs = stages[stage]
+        prompts = make_prompts(rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages)
         ids, targets = training_batch(tokenizer, prompts, min(extra_queries, n_pairs - 1), rng, n_languages)
-        all_logits = model(ids[:, :-1]).logits
-        ce = torch.nn.functional.cross_entropy(all_logits.transpose(1, 2), ids[:, 1:], reduction="none")
-        loss = ce[:, targets - 1].mean()
-        if lm_weight:
-            # The context's next-token loss: a weak, dense extra signal.
-            loss = loss + lm_weight * ce.mean()
-        logits = all_logits[:, targets[:1] - 1]
+        logits = model(ids[:, :-1]).logits[:, targets - 1]  # predictions of every answer and marker
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
+        warmup.step()
+        answers = slice(0, None, 2)  # targets alternate answer, marker
+        acc = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float().mean().item()
+        ema = 0.9 * ema + 0.1 * acc
         if step % log_every == 0 or step == steps - 1:
-            acc = (logits[:, 0].argmax(-1) == ids[:, targets[0]]).float().mean().item()
             curve.append({"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc})
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", pairs=n_pairs)
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{ema:.2f}", pairs=n_pairs)
+        if ema >= (done if stage == len(stages) - 1 else advance):
+            if stage == len(stages) - 1:
+                curve.append({"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc})
+                break
+            stage, ema = stage + 1, 0.0
     model.eval()
     return curve
 

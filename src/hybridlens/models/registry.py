@@ -26,13 +26,15 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         model,
         tokenizer,
         steps=toy.get("steps", zoo["steps"]),
-        curriculum=zoo["curriculum"],
+        stages=zoo["stages"],
         batch_size=zoo["batch_size"],
         lr=toy.get("lr", zoo["lr"]),
         seed=toy.get("seed", 0),
         n_languages=zoo["n_languages"],
         extra_queries=zoo["extra_queries"],
         formats=zoo["formats"],
+        advance=zoo["advance"],
+        done=zoo["done"],
         progress=progress,
     )
     out_dir = Path(out_dir)
