@@ -71,6 +71,5 @@ rule plot_zoo:
         mem_mb=1000,
     params:
         names=toy_models(),
-        gate=config["zoo"]["gate"],
     script:
         "../workflow_scripts/plot_zoo.py"

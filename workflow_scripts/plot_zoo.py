@@ -14,4 +14,4 @@ with script_log(snakemake.log[0]):
     table = eval_table(evals)
     table.to_csv(snakemake.output.tsv, sep="\t", index=False)
     plot_training(curves, snakemake.output.curves)
-    plot_eval(table, snakemake.params.gate, snakemake.output.table)
+    plot_eval(table, snakemake.output.table)

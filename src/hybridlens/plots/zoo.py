@@ -37,6 +37,7 @@ def eval_table(evals: dict) -> pd.DataFrame:
                         "n_pairs": r["n_pairs"],
                         "n": r["n"],
                         "metric": metric,
+                        "gate": ev["gate"],
                         "value": r[metric],
                         "ci_lo": lo,
                         "ci_hi": hi,
@@ -45,7 +46,7 @@ def eval_table(evals: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_eval(table: pd.DataFrame, gate: float, path):
+def plot_eval(table: pd.DataFrame, path):
     metrics = ["retrieval", "language", "persona"]
     models = list(dict.fromkeys(table["model"]))
     formats = list(dict.fromkeys(table["format"]))
@@ -64,8 +65,11 @@ def plot_eval(table: pd.DataFrame, gate: float, path):
                 capsize=2,
                 label=fmt,
             )
-        if metric == "retrieval":
-            ax.axvline(gate, color="grey", ls="--", lw=1, label=f"gate {gate}")
+        if metric == "retrieval":  # each model's gate (0 = not gated)
+            gates = sub.drop_duplicates("model").set_index("model").loc[models, "gate"]
+            for i, g in enumerate(gates):
+                if g > 0:
+                    ax.plot([g, g], [i - 0.45, i + 0.45], color="grey", ls="--", lw=1)
         ax.set(title=f"{metric} ({int(sub['n_pairs'].iloc[0])} pairs)", xlim=(-0.02, 1.02))
     axes[0].set_yticks(range(len(models)), models)
     axes[0].invert_yaxis()
