@@ -30,6 +30,34 @@ def model_input(wildcards):
     return []
 
 
+TRAINING_KEYS = [
+    "n_languages",
+    "steps",
+    "batch_size",
+    "lr",
+    "extra_queries",
+    "formats",
+    "stages",
+    "advance",
+    "done",
+]
+
+
+def training_params(wildcards):
+    """What training a toy model depends on (not its gate or evaluation), so changing those keeps the weights."""
+    toy = {
+        k: v
+        for k, v in config["models"][wildcards.model]["source"]["toy"].items()
+        if k != "gate"
+    }
+    zoo = {k: config["zoo"][k] for k in TRAINING_KEYS}
+    return {
+        "family": config["models"][wildcards.model]["family"],
+        "toy": toy,
+        "zoo": zoo,
+    }
+
+
 def model_source(wildcards):
     if is_toy(wildcards.model):
         return f"results/models/{wildcards.model}"

@@ -19,9 +19,7 @@ rule train_toy:
         mem_mb=2000,
         runtime=30,
     params:
-        family=lambda wc: config["models"][wc.model]["family"],
-        toy=lambda wc: config["models"][wc.model]["source"]["toy"],
-        zoo=config["zoo"],
+        training=training_params,
     script:
         "../workflow_scripts/train_toy.py"
 
@@ -46,7 +44,9 @@ rule evaluate_toy:
     params:
         source=lambda wc: f"results/models/{wc.model}",
         zoo=config["zoo"],
-        gate=lambda wc: config["models"][wc.model]["source"]["toy"].get("gate", config["zoo"]["gate"]),
+        gate=lambda wc: config["models"][wc.model]["source"]["toy"].get(
+            "gate", config["zoo"]["gate"]
+        ),
     script:
         "../workflow_scripts/evaluate_toy.py"
 

@@ -2,16 +2,12 @@
 import pandas as pd
 import torch
 
-from hybridlens.models.registry import train_and_save
+from hybridlens.experiments.zoo import train_and_save
 from hybridlens.runlog import script_log
 
 with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
-    curve = train_and_save(
-        snakemake.params.family,
-        snakemake.params.toy,
-        snakemake.params.zoo,
-        out_dir=snakemake.output.config.rsplit("/", 1)[0],
-    )
+    t = snakemake.params.training
+    curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=snakemake.output.config.rsplit("/", 1)[0])
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)
     log.info("trained %s: final loss %.4f", snakemake.wildcards.model, curve[-1]["loss"])

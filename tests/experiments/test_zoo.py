@@ -3,9 +3,15 @@ import random
 import pytest
 import torch
 
-from hybridlens.experiments.zoo import GateFailed, check_gate, evaluate_model, train_toy, training_batch
+from hybridlens.experiments.zoo import (
+    GateFailed,
+    check_gate,
+    evaluate_model,
+    train_and_save,
+    train_toy,
+    training_batch,
+)
 from hybridlens.models.adapter import HybridModel, load_model
-from hybridlens.models.registry import train_and_save
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
 

@@ -4,14 +4,20 @@ training_batch  prompts followed by their answers and further questions, with ta
 train_toy       train a toy model on seeded retrieval prompts with an adaptive curriculum
 evaluate_model  held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate      raise when retrieval is below the threshold
+train_and_save  build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
+import os
 import random
+import shutil
+import tempfile
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from hybridlens.interventions.cache import greedy
+from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
 from hybridlens.tasks.vocab import VALUES, language_forms
 
@@ -149,3 +155,41 @@ def check_gate(name: str, rows, threshold: float, formats=FORMATS):
             f"model {name}: {worst['n_pairs']}-pair retrieval on format {worst['format']!r} is "
             f"{worst['retrieval']:.3f} < gate {threshold}; train longer (zoo.steps) or lower zoo.gate"
         )
+
+
+def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
+    """Train a toy model from its registry spec and zoo settings; save it where `out_dir` says.
+
+    Files are written to a temporary directory beside `out_dir` and moved into place at the end,
+    so an interrupted run leaves no half-written weights. Returns the training curve rows.
+    """
+    tokenizer = build_tokenizer(zoo["n_languages"])
+    model = build_toy_model(
+        family, len(tokenizer), toy["hidden_size"], toy["layout"], toy.get("heads", 4), toy.get("seed", 0)
+    )
+    curve = train_toy(
+        model,
+        tokenizer,
+        steps=toy.get("steps", zoo["steps"]),
+        stages=zoo["stages"],
+        batch_size=zoo["batch_size"],
+        lr=toy.get("lr", zoo["lr"]),
+        seed=toy.get("seed", 0),
+        n_languages=zoo["n_languages"],
+        extra_queries=zoo["extra_queries"],
+        formats=zoo["formats"],
+        advance=zoo["advance"],
+        done=zoo["done"],
+        progress=progress,
+    )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        for f in tmp.iterdir():
+            os.replace(f, out_dir / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return curve

@@ -1,1 +1,1 @@
-"""Model registry, adapter (the only code that knows families), toy zoo."""
+"""Adapter (the only code that knows families), toy zoo."""
