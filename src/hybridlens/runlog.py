@@ -7,6 +7,7 @@ script_log   send stderr and logging to a rule's log file; a bad-input error als
 import contextlib
 import logging
 import sys
+import traceback
 
 # Errors that mean "your input is wrong", as opposed to a bug: shown as one line.
 from hybridlens.experiments.zoo import GateFailed
@@ -25,8 +26,8 @@ def script_log(path):
         try:
             yield logging.getLogger("hybridlens")
         except USER_ERRORS as err:
+            traceback.print_exc(file=log)
             print(f"hybridlens: {err}", file=console)
-            print(f"hybridlens: {err}", file=log)
             sys.exit(1)
         finally:
             sys.stderr = console

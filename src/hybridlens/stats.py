@@ -16,7 +16,8 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # The clamps keep p inside its interval despite rounding at p = 0 or 1.
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def bootstrap(values, stat=np.mean, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05):
