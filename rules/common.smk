@@ -1,5 +1,9 @@
 # Validation, wildcard constraints, input functions and the final-output list.
+from pathlib import Path
+
 from snakemake.utils import validate
+
+from hybridlens.config import check_config
 
 # A preset passed with --configfile is a whole config (it replaces the toy registry, not merges into it).
 if not workflow.overwrite_configfiles:
@@ -7,6 +11,8 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# One line naming the offending key first; snakemake's validate then fills the defaults.
+check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
 validate(config, "../config/schema.yaml")
 
 

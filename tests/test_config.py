@@ -1,0 +1,34 @@
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hybridlens.config import ConfigError, check_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "config" / "schema.yaml"
+
+
+@pytest.mark.parametrize("name", ["config/config.yaml", "config/presets/paper.yaml", "tests/config/config.yaml"])
+def test_shipped_configs_are_valid(name):
+    check_config(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (["models", "qwen_toy", "dtype"], "float8", r"config models\.qwen_toy\.dtype: 'float8' is not one of"),
+        (["zoo", "stages"], [1], r"config zoo\.stages\.0: 1 is less than the minimum of 2"),
+        (["extract", "sites"], ["state"], r"config extract\.sites\.0: 'state' is not one of"),
+        (["tasks", "chat8", "format"], "poem", r"config tasks\.chat8\.format: 'poem' is not one of"),
+    ],
+)
+def test_bad_values_name_their_key(path, value, message):
+    config = copy.deepcopy(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    node = config
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=message + r".*config/schema\.yaml"):
+        check_config(config, SCHEMA)
