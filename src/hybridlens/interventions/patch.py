@@ -79,7 +79,7 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
     for site in capture:
         trace = traces[site]
         full = trace.input if trace.retain_input else trace.output
-        captured[site] = _gather(full, cap_idx)
+        captured[site] = full if positions is None else _gather(full, cap_idx)
     return RunResult(out.logits, captured, out.past_key_values if cache is not None else None)
 
 
