@@ -7,195 +7,34 @@ writes after its answer. NEUTRAL: function words shared by every language.
 
 import random
 
-KEYS = [
-    "garlic",
-    "tomato",
-    "grape",
-    "apple",
-    "lemon",
-    "onion",
-    "carrot",
-    "pepper",
-    "melon",
-    "peach",
-    "plum",
-    "cherry",
-    "olive",
-    "bean",
-    "rice",
-    "wheat",
-    "horse",
-    "tiger",
-    "eagle",
-    "whale",
-    "snake",
-    "mouse",
-    "rabbit",
-    "zebra",
-    "camel",
-    "otter",
-    "llama",
-    "panda",
-    "shark",
-    "raven",
-    "moose",
-    "lizard",
-    "chair",
-    "table",
-    "spoon",
-    "knife",
-    "brush",
-    "candle",
-    "mirror",
-    "basket",
-    "ladder",
-    "bucket",
-    "hammer",
-    "pillow",
-    "blanket",
-    "window",
-    "door",
-    "violin",
-    "drum",
-    "flute",
-    "guitar",
-    "piano",
-    "trumpet",
-    "harp",
-    "banjo",
-    "kettle",
-    "teapot",
-    "lantern",
-    "compass",
-    "anchor",
-    "saddle",
-    "barrel",
-]
+KEYS = """
+garlic tomato grape apple lemon onion carrot pepper melon peach plum cherry olive bean rice
+wheat horse tiger eagle whale snake mouse rabbit zebra camel otter llama panda shark raven moose
+lizard chair table spoon knife brush candle mirror basket ladder bucket hammer pillow blanket
+window door violin drum flute guitar piano trumpet harp banjo kettle teapot lantern compass
+anchor saddle barrel
+""".split()
 
-VALUES = [
-    "fire",
-    "ice",
-    "stone",
-    "water",
-    "wind",
-    "cloud",
-    "river",
-    "ocean",
-    "sand",
-    "snow",
-    "rain",
-    "storm",
-    "thunder",
-    "light",
-    "shadow",
-    "smoke",
-    "gold",
-    "silver",
-    "iron",
-    "copper",
-    "glass",
-    "paper",
-    "silk",
-    "wool",
-    "salt",
-    "sugar",
-    "honey",
-    "milk",
-    "bread",
-    "cheese",
-    "butter",
-    "wine",
-    "red",
-    "blue",
-    "green",
-    "yellow",
-    "purple",
-    "orange",
-    "black",
-    "white",
-    "north",
-    "south",
-    "east",
-    "west",
-    "summer",
-    "winter",
-    "spring",
-    "autumn",
-    "king",
-    "queen",
-    "knight",
-    "bishop",
-    "castle",
-    "tower",
-    "bridge",
-    "forest",
-    "valley",
-    "desert",
-    "island",
-    "mountain",
-    "garden",
-    "meadow",
-    "cave",
-    "lake",
-]
+VALUES = """
+fire ice stone water wind cloud river ocean sand snow rain storm thunder light shadow smoke gold
+silver iron copper glass paper silk wool salt sugar honey milk bread cheese butter wine red blue
+green yellow purple orange black white north south east west summer winter spring autumn king
+queen knight bishop castle tower bridge forest valley desert island mountain garden meadow cave
+lake
+""".split()
 
 PERSONAS = {"pirate": "arr", "robot": "beep", "poet": "alas", "butler": "indeed"}
 
 # Header words of the context carry the language too, so the language is visible before any value.
 HEADERS = ("Dictionary", "Lookup", "table")
 
-NEUTRAL = [
-    ":",
-    ",",
-    ".",
-    "=",
-    "*",
-    "?",
-    "Persona",
-    "Question",
-    "What",
-    "is",
-    "the",
-    "value",
-    "of",
-    "Which",
-    "does",
-    "map",
-    "to",
-]
+NEUTRAL = """
+: , . = * ? Persona Question What is the value of Which does map to
+""".split()
 
-_SYLLABLES = [
-    "ka",
-    "ke",
-    "ki",
-    "ko",
-    "ku",
-    "ra",
-    "re",
-    "ri",
-    "ro",
-    "ru",
-    "ta",
-    "te",
-    "ti",
-    "to",
-    "tu",
-    "na",
-    "ne",
-    "ni",
-    "no",
-    "nu",
-    "sa",
-    "se",
-    "si",
-    "so",
-    "su",
-    "ma",
-    "me",
-    "mi",
-    "mo",
-    "mu",
-]
+_SYLLABLES = """
+ka ke ki ko ku ra re ri ro ru ta te ti to tu na ne ni no nu sa se si so su ma me mi mo mu
+""".split()
 
 
 def language_forms(n_languages: int) -> list[dict[str, str]]:
