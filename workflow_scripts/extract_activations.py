@@ -2,17 +2,17 @@
 import pandas as pd
 import torch
 
-from hybridlens.experiments.extract import extract, logit_lens
+from hybridlens.experiments.extract import extract, logit_lens, prompt_set
 from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 from hybridlens.store import provenance, write_store
-from hybridlens.tasks.retrieval import make_prompts
 
 with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
     task, cfg = snakemake.params.task, snakemake.params.extract
     hm = load_model(**snakemake.params.model)
-    prompts = make_prompts(task["seed"], task["n"], task["n_pairs"], task["format"], snakemake.params.n_languages)
+    prompts, counts = prompt_set(hm, task, snakemake.params.n_languages)
+    log.info("single-token words for this tokenizer: %s", counts)
     sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in cfg["sites"]]
     sites += [f"layers.{layer}.layer_out" for layer in range(hm.n_layers)]
     data = extract(hm, prompts, list(dict.fromkeys(sites)), cfg["position_set"], cfg["batch_size"])

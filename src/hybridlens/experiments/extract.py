@@ -1,5 +1,6 @@
 """Activation extraction and the logit lens.
 
+prompt_set   a task's prompts, restricted to words that are single tokens for the model's tokenizer
 extract      capture write sites at a position set for a prompt set, batched by token length
 logit_lens   per layer: residual norm and the rank of the correct answer under the unembedding
 """
@@ -10,7 +11,31 @@ import numpy as np
 import torch
 
 from hybridlens.interventions.patch import run
-from hybridlens.tasks.retrieval import token_positions
+from hybridlens.tasks.retrieval import make_prompts, token_positions
+from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
+
+
+def prompt_set(hm, task: dict, n_languages: int):
+    """(prompts, counts): the task's prompts over keys, value concepts and languages whose words are single
+    tokens for `hm`'s tokenizer (all of them for the toy tokenizer; a subset for real ones)."""
+    forms = language_forms(n_languages)
+    n_pairs = task["n_pairs"]
+    keys = hm.single_token_words(KEYS)
+    languages, values = [], list(VALUES)
+    for i, f in enumerate(forms):  # add a language only while enough concepts stay single tokens in all
+        kept = [v for v in values if hm.single_token_words([f[v]])]
+        if len(kept) >= n_pairs:
+            languages, values = [*languages, i], kept
+    counts = {"keys": len(keys), "values": len(values), "languages": len(languages)}
+    if min(counts.values()) == 0 or min(len(keys), len(values)) < n_pairs:
+        raise ValueError(
+            f"tokenizer of {hm.source}: single-token words {counts} are too few for {n_pairs}-pair dictionaries; "
+            "use fewer pairs in the task"
+        )
+    prompts = make_prompts(
+        task["seed"], task["n"], n_pairs, task["format"], n_languages, languages=languages, keys=keys, values=values
+    )
+    return prompts, counts
 
 
 def batches_by_length(hm, prompts, batch_size):

@@ -305,10 +305,22 @@ class HybridModel:
         return torch.tensor(enc["input_ids"], device=self.device), enc["offset_mapping"]
 
     def token_id(self, word: str) -> int:
-        ids = self.tokenizer(word, add_special_tokens=False)["input_ids"]
+        """The single token of `word` as it follows a space in the prompts (BPE tokenizers fold the space in)."""
+        ids = self.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
             raise ValueError(f"{word!r} is {len(ids)} tokens in this tokenizer; answers must be single tokens")
         return ids[0]
+
+    def single_token_words(self, words) -> list[str]:
+        """The words of `words` that are one token after a space, so they can be keys and answers."""
+        keep = []
+        for w in words:
+            try:
+                self.token_id(w)
+            except ValueError:
+                continue
+            keep.append(w)
+        return keep
 
     # --- read-outs -----------------------------------------------------------------------------
     def unembed(self, hidden):

@@ -1,0 +1,48 @@
+"""Answers and keys with a real BPE tokenizer (trained here on the task text), not only the toy one."""
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from hybridlens.experiments.extract import prompt_set
+from hybridlens.models.adapter import HybridModel
+from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.vocab import KEYS, VALUES
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    texts = [p.text + " " + p.target for p in make_prompts(0, 300, 8, "chat")]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<pad>"]))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
+
+
+def test_token_id_is_the_token_that_follows_a_space(bpe):
+    hm = HybridModel(build_toy_model("qwen3_5", len(bpe), 32, "LLA", heads=2), bpe)
+    words = hm.single_token_words(VALUES)
+    assert 0 < len(words) < len(VALUES)  # a small BPE vocabulary splits some words
+    p = next(p for p in make_prompts(1, 200, 4, "chat", n_languages=1) if p.answer in words)
+    ids = bpe(p.text + " " + p.answer, add_special_tokens=False)["input_ids"]
+    assert ids[-1] == hm.token_id(p.answer)
+    dropped = sorted(set(VALUES) - set(words))[0]
+    with pytest.raises(ValueError, match=f"'{dropped}' is [2-9] tokens"):
+        hm.token_id(dropped)
+
+
+def test_prompt_set_keeps_every_word_for_the_toy_tokenizer_and_a_subset_for_bpe(tokenizer, bpe):
+    task = {"format": "chat", "n_pairs": 4, "n": 20, "seed": 3}
+    toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)
+    prompts, counts = prompt_set(toy, task, 2)
+    assert prompts == make_prompts(3, 20, 4, "chat", 2)
+    assert counts == {"keys": len(KEYS), "values": len(VALUES), "languages": 2}
+    hm = HybridModel(build_toy_model("qwen3_5", len(bpe), 32, "LLA", heads=2), bpe)
+    prompts, counts = prompt_set(hm, task, 2)
+    assert counts["values"] < len(VALUES) and counts["keys"] <= len(KEYS)  # this BPE splits some words
+    for p in prompts:
+        words = [p.text[slice(*span)] for name, span in p.spans.items() if name.startswith(("key", "value"))]
+        assert all(len(bpe(" " + w, add_special_tokens=False)["input_ids"]) == 1 for w in words)
+    with pytest.raises(ValueError, match=r"single-token words .* too few for 64-pair"):
+        prompt_set(hm, task | {"n_pairs": 64}, 2)
