@@ -26,8 +26,8 @@ class GateFailed(RuntimeError):
     """A trained model does not retrieve well enough for the experiments to mean anything."""
 
 
-def encode_batch(tokenizer, prompts, with_target=False):
-    texts = [p.text + (" " + p.target if with_target else "") for p in prompts]
+def encode_batch(tokenizer, prompts):
+    texts = [p.text for p in prompts]
     return torch.tensor(tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 
