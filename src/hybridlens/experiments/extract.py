@@ -27,7 +27,7 @@ def prompt_set(hm, task: dict, n_languages: int):
         if len(kept) >= n_pairs:
             languages, values = [*languages, i], kept
     counts = {"keys": len(keys), "values": len(values), "languages": len(languages)}
-    if min(counts.values()) == 0 or min(len(keys), len(values)) < n_pairs:
+    if not languages or len(keys) < n_pairs:  # a kept language already guarantees n_pairs values
         raise ValueError(
             f"tokenizer of {hm.source}: single-token words {counts} are too few for {n_pairs}-pair dictionaries; "
             "use fewer pairs in the task"

@@ -26,11 +26,6 @@ class GateFailed(RuntimeError):
     """A trained model does not retrieve well enough for the experiments to mean anything."""
 
 
-def encode_batch(tokenizer, prompts):
-    texts = [p.text for p in prompts]
-    return torch.tensor(tokenizer(texts, add_special_tokens=False)["input_ids"])
-
-
 def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int):
     """Token ids [batch, pos] and the positions of answer and marker tokens to train on.
 
@@ -128,7 +123,7 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
     rows = []
     for fmt in formats:
         prompts = make_prompts(seed, n, n_pairs, fmt, n_languages)
-        ids = encode_batch(hm.tokenizer, prompts).to(hm.device)
+        ids, _ = hm.encode([p.text for p in prompts])
         tokens, _ = greedy(hm, ids, 2)
         answer = torch.tensor([hm.token_id(p.answer) for p in prompts])
         marker = torch.tensor([hm.token_id(p.marker) for p in prompts])
