@@ -21,6 +21,16 @@ wildcard_constraints:
     task="[A-Za-z0-9_]+",
 
 
+def canonical(value):
+    """Dicts with sorted keys, recursively. Snakemake compares params by their text, so reordering
+    keys in a config file must not look like a change (and rerun training)."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
 def is_toy(model):
     return isinstance(config["models"][model]["source"], dict)
 
@@ -57,11 +67,13 @@ def training_params(wildcards):
         if k != "gate"
     }
     zoo = {k: config["zoo"][k] for k in TRAINING_KEYS}
-    return {
-        "family": config["models"][wildcards.model]["family"],
-        "toy": toy,
-        "zoo": zoo,
-    }
+    return canonical(
+        {
+            "family": config["models"][wildcards.model]["family"],
+            "toy": toy,
+            "zoo": zoo,
+        }
+    )
 
 
 def model_source(wildcards):
@@ -77,7 +89,7 @@ def model_params(wildcards):
         "source": model_source(wildcards),
         "dtype": m.get("dtype", "float32"),
         "device": m.get("device", "cpu"),
-        "device_map": m.get("device_map"),
+        "device_map": canonical(m.get("device_map")),
     }
 
 

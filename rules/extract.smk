@@ -14,20 +14,27 @@ rule extract_activations:
         "benchmarks/extract_activations/{model}/{task}.tsv"
     conda:
         "../environment.yml"
-    threads: 1
+    threads: res("cpus", 1)
     resources:
         mem_mb=res("mem_mb", 2000),
         runtime=res("runtime", 20),
         gpu=res("gpus", 0),
     params:
         model=model_params,
-        task=lambda wc: config["tasks"][wc.task],
-        extract=config["extract"],
+        task=lambda wc: canonical(config["tasks"][wc.task]),
+        extract=canonical(config["extract"]),
         n_languages=config["zoo"]["n_languages"],
-        config_hash=lambda wc: {
-            "model": config["models"][wc.model],
-            "task": config["tasks"][wc.task],
-        },
+        config_hash=lambda wc: canonical(
+            {
+                # What a job is given (memory, GPUs) does not change what it computes.
+                "model": {
+                    k: v
+                    for k, v in config["models"][wc.model].items()
+                    if k != "resources"
+                },
+                "task": config["tasks"][wc.task],
+            }
+        ),
     script:
         "../workflow_scripts/extract_activations.py"
 

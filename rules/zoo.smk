@@ -43,7 +43,7 @@ rule evaluate_toy:
         runtime=10,
     params:
         source=lambda wc: f"results/models/{wc.model}",
-        zoo=config["zoo"],
+        zoo=canonical(config["zoo"]),
         gate=lambda wc: config["models"][wc.model]["source"]["toy"].get(
             "gate", config["zoo"]["gate"]
         ),

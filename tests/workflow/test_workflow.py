@@ -2,50 +2,22 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import yaml
+from wf import MODELS, SNAKEMAKE, snakemake, workdir
 
 from hybridlens.experiments.extract import extract
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
 from hybridlens.store import read_store
 from hybridlens.tasks.retrieval import make_prompts
-
-REPO = Path(__file__).resolve().parents[2]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-PARTS = ["Snakefile", "rules", "workflow_scripts", "config", "profiles", "report", "environment.yml", "tests/config"]
-MODELS = ["qwen_tiny", "granite_tiny", "falcon_tiny"]
-
-
-def workdir(tmp_path):
-    for part in PARTS:
-        src, dst = REPO / part, tmp_path / part
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    return tmp_path
-
-
-def snakemake(cwd, *args, **kw):
-    cmd = [SNAKEMAKE, "--cores", "2", "--configfile", "tests/config/config.yaml", *args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kw)
-
-
-@pytest.fixture(scope="module")
-def run1(tmp_path_factory):
-    cwd = workdir(tmp_path_factory.mktemp("run1"))
-    res = snakemake(cwd, "--workflow-profile", "profiles/local")
-    assert res.returncode == 0, res.stderr[-3000:]
-    return cwd
 
 
 def test_eval_json_matches_a_fresh_evaluation(run1):
@@ -95,6 +67,21 @@ def test_logit_lens_tables(run1):
 def test_noop_rerun_does_nothing(run1):
     res = snakemake(run1, "-n")
     assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr
+
+
+def test_reordering_config_keys_reruns_nothing(run1):
+    cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())
+    flip = lambda d: dict(reversed(d.items()))  # noqa: E731
+    for model in cfg["models"].values():
+        model["source"]["toy"] = flip(model["source"]["toy"])
+    for section in ("zoo", "extract"):
+        cfg[section] = flip(cfg[section])
+    cfg["tasks"] = {name: flip(task) for name, task in cfg["tasks"].items()}
+    (run1 / "reordered.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = subprocess.run(
+        [SNAKEMAKE, "--cores", "2", "--configfile", "reordered.yaml", "-n"], cwd=run1, capture_output=True, text=True
+    )
+    assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr, res.stdout[-2000:]
 
 
 @pytest.mark.parametrize(
