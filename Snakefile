@@ -5,6 +5,7 @@
 include: "rules/common.smk"
 include: "rules/zoo.smk"
 include: "rules/extract.smk"
+include: "rules/split_prefill.smk"
 
 
 report: "report/workflow.rst"

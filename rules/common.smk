@@ -112,6 +112,15 @@ def selected(section, key, universe):
     return chosen
 
 
+def split_tables(name):
+    """Per-model split-prefill tables of one kind, for the plotting rules."""
+    return expand(
+        "results/split_prefill/{model}/{name}.tsv",
+        model=selected("split_prefill", "models", config["models"]),
+        name=name,
+    )
+
+
 def final_outputs():
     outputs = []
     if toy_models():
@@ -121,4 +130,10 @@ def final_outputs():
             "results/figures/logit_lens_{task}.pdf",
             task=selected("extract", "tasks", config["tasks"]),
         )
+    if selected("split_prefill", "models", config["models"]):
+        outputs += [
+            "results/figures/split_prefill_retention.pdf",
+            "results/figures/state_swap.pdf",
+            "results/tables/split_prefill_samples.tsv",
+        ]
     return outputs

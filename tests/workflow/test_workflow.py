@@ -14,10 +14,14 @@ import yaml
 from wf import MODELS, SNAKEMAKE, snakemake, workdir
 
 from hybridlens.experiments.extract import extract
+from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
 from hybridlens.store import read_store
 from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.vocab import PERSONAS
+
+MARKERS = {p: [m] for p, m in PERSONAS.items()}
 
 
 def test_eval_json_matches_a_fresh_evaluation(run1):
@@ -62,6 +66,36 @@ def test_logit_lens_tables(run1):
     assert q["rank_median"].to_dict() == lens.groupby("layer")["answer_rank"].median().to_dict()
     assert list(q["kind"]) == ["linear", "linear", "attention"] * 2
     assert (run1 / "results/figures/logit_lens_chat4.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_split_prefill_tables(run1):
+    cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["split_prefill"]
+    for name in MODELS:
+        out = run1 / f"results/split_prefill/{name}"
+        items = pd.read_csv(out / "items.tsv", sep="\t")
+        assert len(items) == len(cfg["seeds"]) * cfg["n"] * len(CONDITIONS)
+        table = pd.read_csv(out / "retention.tsv", sep="\t").set_index(["condition", "property"])
+        for (condition, prop), row in table.iterrows():
+            assert row["metric"] == pytest.approx(items.loc[items["condition"] == condition, prop].mean())
+        full = table.xs("full", level="condition")
+        assert ((full["retention"] == 1.0) | (full["metric"] == 0)).all()
+        samples = pd.read_csv(out / "samples.tsv", sep="\t")
+        first = items[(items["seed"] == cfg["seeds"][0]) & (items["item"] < cfg["n_samples"])]
+        assert samples.equals(first.reset_index(drop=True))
+    # The job's rows equal a direct run on the saved model (one thread, as in the job).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        hm = load_model(run1 / "results/models/qwen_tiny")
+        direct = run_items(hm, make_items(hm, 1, cfg["n"], cfg["n_pairs"], "chat", 2), 3, MARKERS, 2)
+    finally:
+        torch.set_num_threads(threads)
+    items = pd.read_csv(run1 / "results/split_prefill/qwen_tiny/items.tsv", sep="\t", keep_default_na=False)
+    assert items[items["seed"] == 1].to_dict("records") == direct
+    combined = pd.read_csv(run1 / "results/tables/split_prefill_retention.tsv", sep="\t")
+    assert list(dict.fromkeys(combined["model"])) == MODELS
+    for figure in ("split_prefill_retention", "state_swap"):
+        assert (run1 / f"results/figures/{figure}.pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_noop_rerun_does_nothing(run1):

@@ -1,6 +1,7 @@
 """Activation extraction and the logit lens.
 
-prompt_set   a task's prompts, restricted to words that are single tokens for the model's tokenizer
+vocabulary   keys, value concepts and languages whose words are single tokens for the model's tokenizer
+prompt_set   a task's prompts over that vocabulary
 extract      capture write sites at a position set for a prompt set, batched by token length
 logit_lens   per layer: residual norm and the rank of the correct answer under the unembedding
 """
@@ -15,11 +16,10 @@ from hybridlens.tasks.retrieval import make_prompts, token_positions
 from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
 
 
-def prompt_set(hm, task: dict, n_languages: int):
-    """(prompts, counts): the task's prompts over keys, value concepts and languages whose words are single
-    tokens for `hm`'s tokenizer (all of them for the toy tokenizer; a subset for real ones)."""
+def vocabulary(hm, n_pairs: int, n_languages: int):
+    """(keys, value concepts, languages, counts) whose words are single tokens for `hm`'s tokenizer
+    (all of them for the toy tokenizer; a subset for real ones)."""
     forms = language_forms(n_languages)
-    n_pairs = task["n_pairs"]
     keys = hm.single_token_words(KEYS)
     languages, values = [], list(VALUES)
     for i, f in enumerate(forms):  # add a language only while enough concepts stay single tokens in all
@@ -32,6 +32,13 @@ def prompt_set(hm, task: dict, n_languages: int):
             f"tokenizer of {hm.source}: single-token words {counts} are too few for {n_pairs}-pair dictionaries; "
             "use fewer pairs in the task"
         )
+    return keys, values, languages, counts
+
+
+def prompt_set(hm, task: dict, n_languages: int):
+    """(prompts, counts): the task's prompts over single-token keys, value concepts and languages."""
+    n_pairs = task["n_pairs"]
+    keys, values, languages, counts = vocabulary(hm, n_pairs, n_languages)
     prompts = make_prompts(
         task["seed"], task["n"], n_pairs, task["format"], n_languages, languages=languages, keys=keys, values=values
     )

@@ -1,32 +1,99 @@
-"""Prefill and continue through the transformers cache.
+"""Prefill, cache surgery and continuation through the transformers cache.
 
-prefill   one forward that fills a fresh cache; returns the last position's logits and the cache
-greedy    greedy decoding of n tokens, from a prompt or from a prefilled cache
+prefill     one forward that fills a fresh cache; returns the last position's logits and the cache
+greedy      greedy decoding of n tokens, from a prompt or continuing a (possibly edited) cache
+cut         a copy of a cache with one memory channel emptied or replaced by another cache's
+splice      a cache with the KV channel of one context and the state channel of another
+CONDITIONS  the split-prefill conditions, each a function (hm, cache, neutral, other) -> cache
+
+The two channels: "kv" is the attention layers' keys and values; "state" is the linear layers' recurrent
+and conv states. A Falcon-H1 parallel layer holds both, and each is handled on its own.
 """
 
+import copy
+
 import torch
+
+CHANNELS = ("kv", "state")
 
 
 @torch.no_grad()
 def prefill(hm, input_ids):
     """[batch, pos] -> (logits [batch, vocab] at the last position, filled cache)."""
     cache = hm.new_cache()
-    out = hm.model(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return out.logits[:, -1], out.past_key_values
+    out = hm.model(input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1], cache
 
 
 @torch.no_grad()
-def greedy(hm, input_ids, n_new: int, cache=None):
+def greedy(hm, input_ids, n_new: int, cache=None, start: int | None = None):
     """Greedy tokens [batch, n_new] after `input_ids`; with `cache`, `input_ids` continue it.
 
-    Returns (tokens, logits of the first new token [batch, vocab]).
+    `start` is the position of input_ids[:, 0] (default: the cache's length). Pass it when the KV
+    channel was dropped, so that the continuation keeps the positions of the full prompt.
+    Returns (tokens, logits of the first new token [batch, vocab]). The cache is advanced in place.
     """
     if cache is None:
         cache = hm.new_cache()
-    out = hm.model(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    if start is None:
+        start = cache.get_seq_length() if hm.attention_layers() else 0
+    n = input_ids.shape[1]
+    positions = torch.arange(start, start + n, device=input_ids.device)[None].expand(input_ids.shape[0], -1)
+    out = hm.model(input_ids, cache=cache, use_cache=True, logits_to_keep=1, position_ids=positions)
     first = out.logits[:, -1]
     tokens = [first.argmax(-1)]
-    for _ in range(n_new - 1):
-        out = hm.model(tokens[-1][:, None], past_key_values=out.past_key_values, use_cache=True)
+    for i in range(n_new - 1):
+        pos = torch.full_like(tokens[-1][:, None], start + n + i)
+        out = hm.model(tokens[-1][:, None], cache=cache, use_cache=True, position_ids=pos)
         tokens.append(out.logits[:, -1].argmax(-1))
     return torch.stack(tokens, 1), first
+
+
+def channel_sites(hm, channel: str) -> list[str]:
+    """The cache sites of one memory channel, layer by layer."""
+    if channel == "kv":
+        return [f"layers.{i}.kv" for i in hm.attention_layers()]
+    if channel == "state":
+        return [f"layers.{i}.{s}" for i in hm.linear_layers() for s in ("state", "conv")]
+    raise ValueError(f"unknown memory channel {channel!r}; use one of {CHANNELS}")
+
+
+def cut(hm, cache, channel: str, source=None):
+    """A copy of `cache` whose `channel` is emptied (source None) or taken from `source`.
+
+    Emptied KV has length 0, so the continuation's attention sees only its own tokens; emptied states are
+    zero, which is where a fresh prefill starts. A source must come from a context of the same length.
+    """
+    out = copy.deepcopy(cache)
+    for site in channel_sites(hm, channel):
+        if source is not None and channel == "kv":
+            value = tuple(v.clone() for v in hm.read_cache(source, site))
+            if value[0].shape != hm.read_cache(out, site)[0].shape:
+                raise ValueError(f"site {site}: the source context's KV {tuple(value[0].shape)} has another shape")
+        elif source is not None:
+            value = hm.read_cache(source, site).clone()  # write_cache checks the shape
+        elif channel == "kv":
+            keys, values = hm.read_cache(out, site)
+            value = (keys[..., :0, :], values[..., :0, :])
+        else:
+            value = torch.zeros_like(hm.read_cache(out, site))
+        hm.write_cache(out, site, value)
+    return out
+
+
+def splice(hm, kv_from, state_from):
+    """The KV channel of `kv_from` with the state channel of `state_from` (contexts of one length)."""
+    return cut(hm, kv_from, "state", source=state_from)
+
+
+# name -> (hm, cache, neutral, other) -> a new cache (continuing advances a cache in place, so every
+# condition works on a copy). `neutral` is the cache of a neutral context of the same length; `other` is
+# another context's cache (state-swap: KV of this context, states of the other).
+CONDITIONS = {
+    "full": lambda hm, c, neutral, other: copy.deepcopy(c),
+    "kv_only": lambda hm, c, neutral, other: cut(hm, c, "state"),
+    "kv_only_neutral": lambda hm, c, neutral, other: cut(hm, c, "state", neutral),
+    "state_only": lambda hm, c, neutral, other: cut(hm, c, "kv"),
+    "state_only_neutral": lambda hm, c, neutral, other: cut(hm, c, "kv", neutral),
+    "state_swap": lambda hm, c, neutral, other: splice(hm, c, other),
+}

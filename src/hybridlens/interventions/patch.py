@@ -74,13 +74,13 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
             opts["edit_input" if where == "input" else "edit_output"] = _ignore_name(edit)
         options[site] = opts
     with TraceDict(modules, options) as traces:
-        out = hm.model(input_ids, past_key_values=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep)
+        out = hm.model(input_ids, cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep)
     captured = {}
     for site in capture:
         trace = traces[site]
         full = trace.input if trace.retain_input else trace.output
         captured[site] = full if positions is None else _gather(full, cap_idx)
-    return RunResult(out.logits, captured, out.past_key_values if cache is not None else None)
+    return RunResult(out.logits, captured, cache)
 
 
 def _make_scatter(idx, values):

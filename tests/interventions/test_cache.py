@@ -1,0 +1,118 @@
+"""Cache surgery on all three families: reference comparisons and assertions on the cache contents."""
+
+import copy
+
+import pytest
+import torch
+
+from hybridlens.interventions.cache import CONDITIONS, channel_sites, cut, greedy, prefill, splice
+from hybridlens.interventions.hooks import Trace
+from hybridlens.tasks.retrieval import make_prompts, token_positions
+
+N_NEW = 3
+
+
+def context_and_question(hm, seed=0, n=3):
+    """Token ids of the context (persona + dictionary) and of the question, split where the question starts."""
+    prompts = make_prompts(seed, n, 4, "chat", 2)
+    ids, offsets = hm.encode([p.text for p in prompts])
+    split = token_positions(prompts[0], offsets[0], "question")[0]
+    return ids[:, :split], ids[:, split:]
+
+
+def channel_tensors(hm, cache, channel):
+    out = {}
+    for site in channel_sites(hm, channel):
+        value = hm.read_cache(cache, site)
+        out[site] = [t.clone() for t in value] if channel == "kv" else [value.clone()]
+    return out
+
+
+def test_full_cache_continues_like_the_whole_prompt(hm):
+    context, question = context_and_question(hm)
+    whole_tokens, whole_logits = greedy(hm, torch.cat([context, question], 1), N_NEW)
+    _, cache = prefill(hm, context)
+    tokens, logits = greedy(hm, question, N_NEW, cache=CONDITIONS["full"](hm, cache, None, None))
+    assert torch.equal(tokens, whole_tokens)
+    torch.testing.assert_close(logits, whole_logits, atol=1e-4, rtol=0)
+
+
+def test_emptying_both_channels_equals_the_question_alone(hm):
+    """No KV and zero states: the continuation is a fresh forward of the question at the same positions."""
+    context, question = context_and_question(hm)
+    _, cache = prefill(hm, context)
+    empty = cut(hm, cut(hm, cache, "kv"), "state")
+    tokens, logits = greedy(hm, question, N_NEW, cache=empty, start=context.shape[1])
+    fresh_tokens, fresh_logits = greedy(hm, question, N_NEW, start=context.shape[1])
+    assert torch.equal(tokens, fresh_tokens)
+    torch.testing.assert_close(logits, fresh_logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("condition, kept, emptied", [("kv_only", "kv", "state"), ("state_only", "state", "kv")])
+def test_split_conditions_empty_one_channel_and_keep_the_other(hm, condition, kept, emptied):
+    context, question = context_and_question(hm)
+    _, cache = prefill(hm, context)
+    before = {ch: channel_tensors(hm, cache, ch) for ch in ("kv", "state")}
+    edited = CONDITIONS[condition](hm, cache, None, None)
+    for site, tensors in channel_tensors(hm, edited, kept).items():
+        for a, b in zip(tensors, before[kept][site], strict=True):
+            assert torch.equal(a, b), site
+    for site, tensors in channel_tensors(hm, edited, emptied).items():
+        if emptied == "kv":
+            assert all(t.shape[-2] == 0 for t in tensors), site
+        else:
+            assert all(t.abs().max() == 0 for t in tensors), site
+    # The original cache is untouched.
+    for ch in ("kv", "state"):
+        for site, tensors in channel_tensors(hm, cache, ch).items():
+            assert all(torch.equal(a, b) for a, b in zip(tensors, before[ch][site], strict=True))
+
+
+@pytest.mark.parametrize("condition, channel", [("kv_only", "state"), ("state_only", "kv")])
+def test_emptied_channel_changes_what_its_mixer_writes(hm, condition, channel):
+    """The first mixer that reads the emptied channel writes something else at the question tokens."""
+    context, question = context_and_question(hm)
+    _, cache = prefill(hm, context)
+    layer = (hm.linear_layers() if channel == "state" else hm.attention_layers())[0]
+    writes = {}
+    for name in ("full", condition):
+        with Trace(hm.mixer(layer), retain_output=True) as t:
+            greedy(hm, question, 1, cache=CONDITIONS[name](hm, cache, None, None), start=context.shape[1])
+        writes[name] = t.output[0] if isinstance(t.output, tuple) else t.output
+    assert (writes["full"] - writes[condition]).abs().max() > 1e-3
+
+
+def test_neutral_variants_take_the_neutral_context_channel(hm):
+    context, question = context_and_question(hm)
+    neutral_ids, _ = context_and_question(hm, seed=5)
+    _, cache = prefill(hm, context)
+    _, neutral = prefill(hm, neutral_ids)
+    for condition, channel in (("kv_only_neutral", "state"), ("state_only_neutral", "kv")):
+        edited = CONDITIONS[condition](hm, cache, neutral, None)
+        want = channel_tensors(hm, neutral, channel)
+        for site, tensors in channel_tensors(hm, edited, channel).items():
+            assert all(torch.equal(a, b) for a, b in zip(tensors, want[site], strict=True)), site
+
+
+def test_state_swap(hm):
+    a_ids, question = context_and_question(hm, seed=0)
+    b_ids, _ = context_and_question(hm, seed=1)
+    _, a = prefill(hm, a_ids)
+    _, b = prefill(hm, b_ids)
+    swapped = splice(hm, a, b)
+    for channel, source in (("kv", a), ("state", b)):
+        want = channel_tensors(hm, source, channel)
+        for site, tensors in channel_tensors(hm, swapped, channel).items():
+            assert all(torch.equal(x, y) for x, y in zip(tensors, want[site], strict=True)), site
+    # Swapping with itself is no intervention at all.
+    self_swap, self_logits = greedy(hm, question, N_NEW, cache=splice(hm, a, a))
+    plain, plain_logits = greedy(hm, question, N_NEW, cache=copy.deepcopy(a))
+    assert torch.equal(self_swap, plain) and torch.equal(self_logits, plain_logits)
+
+
+def test_source_of_another_length_is_refused(hm):
+    context, _ = context_and_question(hm)
+    _, cache = prefill(hm, context)
+    _, short = prefill(hm, context[:, :-2])
+    with pytest.raises(ValueError, match="shape"):
+        cut(hm, cache, "kv", short)
