@@ -6,6 +6,7 @@ include: "rules/common.smk"
 include: "rules/zoo.smk"
 include: "rules/extract.smk"
 include: "rules/split_prefill.smk"
+include: "rules/circuit.smk"
 
 
 report: "report/workflow.rst"

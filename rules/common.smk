@@ -121,6 +121,15 @@ def split_tables(name):
     )
 
 
+def circuit_tables(name):
+    """Per-model circuit outputs of one kind, for the plotting rule."""
+    return expand(
+        "results/circuit/{model}/{name}",
+        model=selected("circuit", "models", config["models"]),
+        name=name,
+    )
+
+
 def final_outputs():
     outputs = []
     if toy_models():
@@ -136,4 +145,6 @@ def final_outputs():
             "results/figures/state_swap.pdf",
             "results/tables/split_prefill_samples.tsv",
         ]
+    if selected("circuit", "models", config["models"]):
+        outputs.append("results/figures/circuit.pdf")
     return outputs

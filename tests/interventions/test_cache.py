@@ -73,10 +73,12 @@ def test_emptied_channel_changes_what_its_mixer_writes(hm, condition, channel):
     """The first mixer that reads the emptied channel writes something else at the question tokens."""
     context, question = context_and_question(hm)
     _, cache = prefill(hm, context)
-    layer = (hm.linear_layers() if channel == "state" else hm.attention_layers())[0]
+    # A Falcon-H1 layer's mixer() is its Mamba branch; the KV is read by its attention branch.
+    attention = hm.attention(hm.attention_layers()[0])
+    module = hm.mixer(hm.linear_layers()[0]) if channel == "state" else attention
     writes = {}
     for name in ("full", condition):
-        with Trace(hm.mixer(layer), retain_output=True) as t:
+        with Trace(module, retain_output=True) as t:
             greedy(hm, question, 1, cache=CONDITIONS[name](hm, cache, None, None), start=context.shape[1])
         writes[name] = t.output[0] if isinstance(t.output, tuple) else t.output
     assert (writes["full"] - writes[condition]).abs().max() > 1e-3

@@ -82,7 +82,8 @@ def test_rerun_resumes_without_redoing_finished_jobs(slurm_runs):
     assert second.returncode == 0, second.stderr[-3000:]
     # Only qwen_tiny's model jobs (killed the first time) and what reads their tables.
     redone = {"extract_activations", "plot_logit_lens", "split_prefill", "plot_split_retention", "plot_state_swap"}
-    assert rules_run(second) == redone | {"split_prefill_samples", "all"}
+    redone |= {"split_prefill_samples", "circuit", "plot_circuit", "all"}
+    assert rules_run(second) == redone
     assert trained and trained == {p: p.stat().st_mtime_ns for p in trained}
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -96,6 +97,38 @@ def test_split_prefill_tables(run1):
     assert list(dict.fromkeys(combined["model"])) == MODELS
     for figure in ("split_prefill_retention", "state_swap"):
         assert (run1 / f"results/figures/{figure}.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_circuit_tables(run1):
+    cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["circuit"]
+    for name in MODELS:
+        out = run1 / f"results/circuit/{name}"
+        circuit = json.loads((out / "circuit.json").read_text())
+        readers = pd.read_csv(out / "readers.csv")
+        assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == tuple(readers.iloc[0][["layer", "head"]])
+        if circuit["address"]["group"] is None:  # e.g. a reader in Falcon's first layer: nothing to transplant
+            continue
+        assert circuit["identity_max_abs_d_change"] <= 1e-4
+        items = pd.read_csv(out / "items.csv")
+        table = pd.read_csv(out / "transplant.csv")
+        assert (table["n"] == len(cfg["seeds"]) * cfg["n"]).all()
+        final = table.set_index(["kind", "block", "donor", "positions"]).loc[("query", "address", "same_dict", "final")]
+        chosen = items[(items["kind"] == "query") & (items["block"] == "address") & (items["donor"] == "same_dict")]
+        assert final["redirect"] == pytest.approx(chosen[chosen["positions"] == "final"]["answers_a"].mean())
+
+
+def test_circuit_rule_fails_when_the_identity_check_fails(run1, tmp_path):
+    cwd = tmp_path / "strict"
+    shutil.copytree(run1, cwd)
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    cfg["circuit"]["identity_tolerance"] = 1e-30  # float32 patching cannot be this exact
+    cfg["circuit"]["models"] = ["qwen_tiny"]
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    before = (cwd / "results/circuit/qwen_tiny/circuit.json").read_text()
+    res = snakemake(cwd, "--forcerun", "circuit", "--", "results/circuit/qwen_tiny/circuit.json")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "identity transplant changed D" in out, out[-2000:]
+    assert before and not (cwd / "results/circuit/qwen_tiny/circuit.json").exists()
 
 
 def test_noop_rerun_does_nothing(run1):

@@ -245,6 +245,13 @@ class HybridModel:
     def attention(self, layer: int):
         return getattr(self.layers[layer], self.family.attention, None)
 
+    def head_mixer(self, layer: int):
+        """(output projection, n_heads, head_dim) of an attention layer: its input holds the heads side by side,
+        so a head is ablated by zeroing its slice there."""
+        attn = self.attention(layer)
+        proj = attn.o_proj  # the same name in all three families
+        return proj, proj.in_features // attn.head_dim, attn.head_dim
+
     def module_for(self, site):
         """(module, "input" | "output") that carries a write site."""
         site = parse_site(site)

@@ -1,0 +1,56 @@
+# Encode–Address circuit: localization, query transplant and state transplant.
+
+
+rule circuit:
+    # Find Encode / Address / reader from the model itself, then transplant with controls and intervals.
+    input:
+        model_input,
+    output:
+        circuit="results/circuit/{model}/circuit.json",
+        ablation="results/circuit/{model}/ablation.csv",
+        readers="results/circuit/{model}/readers.csv",
+        transplant="results/circuit/{model}/transplant.csv",
+        rows="results/circuit/{model}/items.csv",
+    log:
+        "logs/circuit/{model}.log",
+    benchmark:
+        "benchmarks/circuit/{model}.tsv"
+    conda:
+        "../environment.yml"
+    threads: res("cpus", 1)
+    resources:
+        mem_mb=res("mem_mb", 2000),
+        runtime=res("runtime", 20),
+        gpu=res("gpus", 0),
+    params:
+        model=model_params,
+        settings=canonical(
+            {k: v for k, v in config["circuit"].items() if k != "models"}
+        ),
+        n_languages=config["zoo"]["n_languages"],
+    script:
+        "../workflow_scripts/circuit.py"
+
+
+rule plot_circuit:
+    # Group ablation and transplant redirect rates per model, with intervals.
+    input:
+        circuit=circuit_tables("circuit.json"),
+        ablation=circuit_tables("ablation.csv"),
+        transplant=circuit_tables("transplant.csv"),
+    output:
+        pdf=report("results/figures/circuit.pdf", category="Encode-Address circuit"),
+        tsv="results/tables/circuit_transplant.tsv",
+    log:
+        "logs/plot_circuit/plot.log",
+    benchmark:
+        "benchmarks/plot_circuit.tsv"
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        models=selected("circuit", "models", config["models"]),
+    script:
+        "../workflow_scripts/plot_circuit.py"

@@ -1,0 +1,387 @@
+"""Encode–Address circuit: localization, query transplant and state transplant.
+
+Items are (donor, host, other) triples over one dictionary: the donor asks key A, the host asks key B of the
+same dictionary, and `other` asks A in a different dictionary (A sits at another entry with another value),
+so a transplant from it redirects only if what moves is the *identity* of A, not a position.
+
+triples        seeded item triples
+Runner         batched forwards with ablations, patches, head ablations and final-position attentions
+localize       group ablation (zero / mean), reader search, Encode and Address blocks, with evidence
+transplant     query transplant (Address-block writes at a position set) and state transplant, per item
+transplant_all the same over batches of one token length, with the control group chosen
+summarize      rates and means with bootstrap intervals, pooled over seeds
+"""
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hybridlens.experiments.extract import vocabulary
+from hybridlens.interventions.cache import greedy, prefill
+from hybridlens.interventions.hooks import TraceDict
+from hybridlens.interventions.patch import position_index
+from hybridlens.stats import bootstrap
+from hybridlens.tasks.retrieval import (
+    POSITION_SETS,
+    Prompt,
+    donor_host_pairs,
+    make_prompt,
+    make_prompts,
+    token_positions,
+)
+from hybridlens.tasks.vocab import language_forms
+
+COLLAPSE = 0.5  # "collapses": accuracy or attention falls below this fraction of the intact model's
+
+
+@dataclass
+class Triple:
+    seed: int
+    index: int
+    donor: Prompt  # asks A
+    host: Prompt  # same dictionary, asks B
+    other: Prompt  # another dictionary that also holds A (another value, another entry), asks A
+
+
+def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int) -> list[Triple]:
+    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
+    rng = random.Random(seed + 104729)
+    base = make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
+    out = []
+    for i, (donor, host) in enumerate(donor_host_pairs(base, seed, n_languages)):
+        key_a = donor.pairs[donor.query][0]
+        rest_keys = rng.sample([k for k in keys if k not in {k for k, _ in donor.pairs}], n_pairs - 1)
+        vals = rng.sample([v for v in values if v not in {v for _, v in donor.pairs}], n_pairs)
+        pairs = list(zip(rest_keys, vals[1:], strict=True))
+        slot = rng.choice([j for j in range(n_pairs) if j != donor.query] or [0])
+        pairs.insert(slot, (key_a, vals[0]))
+        other = make_prompt(pairs, slot, fmt, donor.language, donor.persona, n_languages)
+        out.append(Triple(seed, i, donor, host, other))
+    return out
+
+
+class Runner:
+    """Forwards of one batch of prompts (one token length) with the circuit's interventions."""
+
+    def __init__(self, hm, prompts: list[Prompt], n_languages: int):
+        self.hm, self.prompts = hm, prompts
+        self.ids, self.offsets = hm.encode([p.text for p in prompts])
+        forms = language_forms(n_languages)
+        self.value_ids = torch.tensor(
+            [[hm.token_id(forms[p.language][v]) for _, v in p.pairs] for p in prompts], device=hm.device
+        )
+
+    def positions(self, part: str):
+        return [token_positions(p, o, part) for p, o in zip(self.prompts, self.offsets, strict=True)]
+
+    def entry_positions(self, entry: list[int]):
+        """Token positions of one dictionary entry (key and value) per item; `entry` indexes pairs."""
+        return [
+            token_positions(p, o, f"key{e}") + token_positions(p, o, f"value{e}")
+            for p, o, e in zip(self.prompts, self.offsets, entry, strict=True)
+        ]
+
+    @torch.no_grad()
+    def forward(self, edits=None, heads_off=None, capture=(), capture_at=None):
+        """Final-position logits [B, V], final-position attentions {layer: [B, H, T]} and captures.
+
+        edits: {site: fn(tensor [B, T, D]) -> tensor} on write sites; heads_off: {layer: [head, ...]} zeroed at
+        every position; capture: write sites recorded at `capture_at` (a position set or per-item lists).
+        """
+        hm = self.hm
+        edits = dict(edits or {})
+        modules, options = {}, {}
+        for site, fn in edits.items():
+            module, where = hm.module_for(site)
+            modules[site] = module
+            options[site] = {"edit_input" if where == "input" else "edit_output": _named(fn)}
+        for layer, heads in (heads_off or {}).items():
+            proj, _, dim = hm.head_mixer(layer)
+            modules[f"heads.{layer}"] = proj
+            options[f"heads.{layer}"] = {"edit_input": _named(_zero_heads(heads, dim))}
+        for site in capture:
+            module, where = hm.module_for(site)
+            key = f"capture.{site}"
+            modules[key] = module
+            options[key] = {"retain_input": where == "input", "retain_output": where == "output"}
+        with TraceDict(modules, options) as traces:
+            out = hm.model(self.ids, output_attentions=True, logits_to_keep=1)
+        attn = {layer: a[:, :, -1].float() for layer, a in zip(hm.attention_layers(), out.attentions, strict=True)}
+        captured = {}
+        if capture:
+            idx = position_index(capture_at, *self.ids.shape, self.ids.device)
+            for site in capture:
+                t = traces[f"capture.{site}"]
+                full = t.input if t.retain_input else t.output
+                full = full[0] if isinstance(full, tuple) else full
+                captured[site] = full.gather(1, idx.unsqueeze(-1).expand(-1, -1, full.shape[-1]))
+        return out.logits[:, -1].float(), attn, captured
+
+    def value_logits(self, logits, entry):
+        """Logit of one entry's value token per item."""
+        return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
+
+
+def _named(fn):
+    return lambda t, _name: fn(t)
+
+
+def _zero_heads(heads, dim):
+    def edit(t):
+        t = t.clone()
+        for h in heads:
+            t[..., h * dim : (h + 1) * dim] = 0
+        return t
+
+    return edit
+
+
+def _scatter_at(idx, values):
+    def edit(t):
+        out = t.clone()
+        out.scatter_(1, idx.unsqueeze(-1).expand(-1, -1, t.shape[-1]), values.to(t.dtype))
+        return out
+
+    return edit
+
+
+def _attention_to(attn, positions):
+    """attn [B, H, T] -> [B, H] summed over per-item positions."""
+    mask = torch.zeros(attn.shape[0], attn.shape[-1], device=attn.device)
+    for b, pos in enumerate(positions):
+        mask[b, pos] = 1
+    return (attn * mask[:, None]).sum(-1)
+
+
+def mixer_sites(group):
+    return [f"layers.{layer}.mixer_out" for layer in group]
+
+
+# --- localization ----------------------------------------------------------------------------------------------
+def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int = 0):
+    """Group ablations, reader ranking and the Encode / Address choice, with every number behind it."""
+    run = Runner(hm, prompts, n_languages)
+    rng = random.Random(distractor_seed)
+    target = [p.query for p in prompts]
+    distractor = [rng.choice([i for i in range(len(p.pairs)) if i != p.query]) for p in prompts]
+    target_pos = run.entry_positions(target)
+
+    def measure(logits):
+        acc = (logits.argmax(-1) == run.value_ids.gather(1, torch.tensor(target)[:, None])[:, 0]).float()
+        d = run.value_logits(logits, target) - run.value_logits(logits, distractor)
+        return acc, d
+
+    logits, attn, captured = run.forward(capture=[s for g in hm.groups for s in mixer_sites(g)])
+    intact_acc, intact_d = measure(logits)
+    # Mean writes over the reference set and every position, per layer.
+    means = {}
+    for site in mixer_sites([layer for g in hm.groups for layer in g]):
+        _, _, full = run.forward(capture=[site], capture_at=None)
+        means[site] = full[site].mean(dim=(0, 1))
+
+    ablation = []
+    for gi, group in enumerate(hm.groups):
+        for mode in ("zero", "mean"):
+            edits = {
+                s: (lambda t: torch.zeros_like(t)) if mode == "zero" else (lambda t, m=means[s]: m.expand_as(t).clone())
+                for s in mixer_sites(group)
+            }
+            acc, d = measure(run.forward(edits)[0])
+            ablation.append(_ablation_row(gi, group, mode, acc, d, intact_acc))
+
+    readers = []
+    for layer in hm.attention_layers():
+        to_target = _attention_to(attn[layer], target_pos)  # [B, H]
+        _, n_heads, _ = hm.head_mixer(layer)
+        for h in range(n_heads):
+            _, d = measure(run.forward(heads_off={layer: [h]})[0])
+            readers.append(
+                {
+                    "layer": layer,
+                    "head": h,
+                    "attention_to_target": to_target[:, h].mean().item(),
+                    "d_drop": (intact_d - d).mean().item(),
+                }
+            )
+    readers.sort(key=lambda r: (-r["attention_to_target"], -r["d_drop"]))
+    reader = readers[0]
+
+    encode = _first_collapse(ablation, intact_acc.mean().item())
+    address = _address(hm, run, reader, target_pos, attn)
+    return (
+        {
+            "intact": {"accuracy": intact_acc.mean().item(), "d": intact_d.mean().item(), "n": len(prompts)},
+            "encode": encode,
+            "address": address,
+            "reader": {"layer": reader["layer"], "head": reader["head"], "evidence": reader},
+            "groups": [list(g) for g in hm.groups],
+        },
+        ablation,
+        readers,
+    )
+
+
+def _ablation_row(gi, group, mode, acc, d, intact_acc):
+    lo, hi = bootstrap(acc.cpu().numpy())
+    return {
+        "group": gi,
+        "layers": "-".join(map(str, group)),
+        "mode": mode,
+        "accuracy": acc.mean().item(),
+        "accuracy_lo": lo,
+        "accuracy_hi": hi,
+        "d": d.mean().item(),
+        "relative_accuracy": acc.mean().item() / max(intact_acc.mean().item(), 1e-9),
+    }
+
+
+def _first_collapse(ablation, intact):
+    zero = [r for r in ablation if r["mode"] == "zero"]
+    collapsed = [r for r in zero if r["accuracy"] < COLLAPSE * intact]
+    chosen = collapsed[0] if collapsed else min(zero, key=lambda r: r["accuracy"])
+    return {"group": chosen["group"], "layers": chosen["layers"], "collapses": bool(collapsed), "evidence": chosen}
+
+
+def _address(hm, run, reader, target_pos, attn):
+    """The group right before the reader whose final-position write, removed, collapses the reader's attention."""
+    intact = _attention_to(attn[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
+    evidence = []
+    for gi, group in enumerate(hm.groups):
+        if max(group) >= reader["layer"]:
+            continue
+        final = position_index([-1], *run.ids.shape, run.ids.device)
+        edits = {s: _scatter_at(final, torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
+        _, a, _ = run.forward(edits)
+        after = _attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
+        evidence.append({"group": gi, "layers": "-".join(map(str, group)), "attention": after, "intact": intact})
+    if not evidence:
+        return {"group": None, "layers": "", "collapses": False, "evidence": []}
+    collapsed = [e for e in evidence if e["attention"] < COLLAPSE * intact]
+    chosen = collapsed[-1] if collapsed else min(evidence, key=lambda e: e["attention"])
+    return {"group": chosen["group"], "layers": chosen["layers"], "collapses": bool(collapsed), "evidence": evidence}
+
+
+# --- transplants -----------------------------------------------------------------------------------------------
+@torch.no_grad()
+def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control_group: int | None):
+    """Per-item rows for the query transplant (every position set) and the state transplant, with controls."""
+    hosts = Runner(hm, [t.host for t in items], n_languages)
+    donors = Runner(hm, [t.donor for t in items], n_languages)
+    others = Runner(hm, [t.other for t in items], n_languages)
+    reader = circuit["reader"]
+    a_entry = [t.donor.query for t in items]
+    b_entry = [t.host.query for t in items]
+    a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
+    blocks = {"address": circuit["address"]["group"]}
+    if control_group is not None:
+        blocks["control_group"] = control_group
+    rows = []
+
+    def record(kind, block, donor, positions, logits, attn):
+        la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
+        top = logits.argmax(-1)
+        ra = _attention_to(attn[reader["layer"]], a_pos)[:, reader["head"]] if attn else torch.full_like(la, np.nan)
+        rb = _attention_to(attn[reader["layer"]], b_pos)[:, reader["head"]] if attn else torch.full_like(la, np.nan)
+        for i, t in enumerate(items):
+            rows.append(
+                {
+                    "seed": t.seed,
+                    "item": t.index,
+                    "kind": kind,
+                    "block": block,
+                    "donor": donor,
+                    "positions": positions,
+                    "answers_a": int(top[i] == hosts.value_ids[i, a_entry[i]]),
+                    "answers_b": int(top[i] == hosts.value_ids[i, b_entry[i]]),
+                    "d_ab": (la[i] - lb[i]).item(),
+                    "attn_a": ra[i].item(),
+                    "attn_b": rb[i].item(),
+                }
+            )
+
+    logits, attn, _ = hosts.forward()
+    record("none", "", "", "", logits, attn)
+    for block, gi in blocks.items():
+        if gi is None:
+            continue
+        sites = mixer_sites(hm.groups[gi])
+        for donor_name, donor in (("same_dict", donors), ("other_dict", others), ("identity", hosts)):
+            for part in POSITION_SETS if donor_name == "same_dict" else ("final",):
+                host_at, donor_at = hosts.positions(part), donor.positions(part)
+                if any(len(h) != len(d) for h, d in zip(host_at, donor_at, strict=True)):
+                    continue  # a position set of another length cannot be transplanted one to one
+                _, _, writes = donor.forward(capture=sites, capture_at=donor_at)
+                idx = position_index(host_at, *hosts.ids.shape, hosts.ids.device)
+                edits = {s: _scatter_at(idx, writes[s]) for s in sites}
+                logits, attn, _ = hosts.forward(edits)
+                record("query", block, donor_name, part, logits, attn)
+            logits = _state_transplant(hm, donor, hosts, hm.groups[gi])
+            record("state", block, donor_name, "final", logits, None)
+    return rows
+
+
+def _state_transplant(hm, donor: Runner, host: Runner, group):
+    """Copy the group's recurrent and conv states from donor to host just before the final token."""
+    _, d_cache = prefill(hm, donor.ids[:, :-1])
+    _, h_cache = prefill(hm, host.ids[:, :-1])
+    for layer in group:
+        for name in ("state", "conv"):
+            site = f"layers.{layer}.{name}"
+            hm.write_cache(h_cache, site, hm.read_cache(d_cache, site).clone())
+    _, logits = greedy(hm, host.ids[:, -1:], 1, cache=h_cache)
+    return logits.float()
+
+
+def control_group(hm, address: int | None) -> int | None:
+    """A non-Address group of the Address block's size (the nearest), else the nearest other group."""
+    if address is None:
+        return None
+    others = [g for g in range(len(hm.groups)) if g != address]
+    same = [g for g in others if len(hm.groups[g]) == len(hm.groups[address])]
+    pool = same or others
+    return min(pool, key=lambda g: abs(g - address)) if pool else None
+
+
+def transplant_all(hm, items: list[Triple], circuit: dict, n_languages: int, batch_size: int = 50):
+    """transplant() over batches whose host and other-dictionary prompts share a token length."""
+    control = control_group(hm, circuit["address"]["group"])
+    by_len = {}
+    for t in items:
+        key = tuple(len(hm.encode([p.text])[0][0]) for p in (t.host, t.donor, t.other))
+        by_len.setdefault(key, []).append(t)
+    rows = []
+    for group in by_len.values():
+        for start in range(0, len(group), batch_size):
+            rows += transplant(hm, group[start : start + batch_size], circuit, n_languages, control)
+    return rows
+
+
+def identity_error(rows) -> float:
+    """Largest |D(A−B) change| of an identity transplant (donor = host) against no transplant."""
+    base = {(r["seed"], r["item"]): r["d_ab"] for r in rows if r["kind"] == "none"}
+    diffs = [abs(r["d_ab"] - base[(r["seed"], r["item"])]) for r in rows if r["donor"] == "identity"]
+    return max(diffs) if diffs else float("nan")
+
+
+def summarize(rows, n_boot: int = 2000):
+    """Rates and means per condition with 95 % bootstrap intervals over the items of all seeds."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["block"], r["donor"], r["positions"]), []).append(r)
+    out = []
+    for (kind, block, donor, positions), rs in groups.items():
+        row = {"kind": kind, "block": block, "donor": donor, "positions": positions, "n": len(rs)}
+        for name, key in (("redirect", "answers_a"), ("answers_b", "answers_b"), ("d_ab", "d_ab")):
+            values = np.array([r[key] for r in rs], dtype=float)
+            row[name] = values.mean()
+            row[f"{name}_lo"], row[f"{name}_hi"] = bootstrap(values, n_boot=n_boot)
+        seeds = sorted({r["seed"] for r in rs})
+        row["redirect_per_seed"] = ",".join(
+            f"{np.mean([r['answers_a'] for r in rs if r['seed'] == s]):.3f}" for s in seeds
+        )
+        row["attn_a"] = float(np.nanmean([r["attn_a"] for r in rs])) if kind != "state" else float("nan")
+        row["attn_b"] = float(np.nanmean([r["attn_b"] for r in rs])) if kind != "state" else float("nan")
+        out.append(row)
+    return out

@@ -1,0 +1,75 @@
+"""Encode–Address circuit figure.
+
+plot_circuit  per model: accuracy with each group ablated, and the transplant redirect rate per condition
+"""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+WEAK = 0.2  # intact accuracy below this: the localization describes noise
+
+# Conditions in reading order: the Address block's transplants, then the controls.
+CONDITIONS = [
+    ("query", "address", "same_dict", "final"),
+    ("query", "address", "same_dict", "question"),
+    ("query", "address", "same_dict", "all"),
+    ("state", "address", "same_dict", "final"),
+    ("query", "address", "same_dict", "dict"),
+    ("query", "control_group", "same_dict", "final"),
+    ("state", "control_group", "same_dict", "final"),
+    ("query", "address", "other_dict", "final"),
+    ("state", "address", "other_dict", "final"),
+]
+
+
+def label(kind, block, donor, positions):
+    what = "query@" + positions if kind == "query" else "state"
+    where = "" if block == "address" else " (other group)"
+    return what + where + (" other dict" if donor == "other_dict" else "")
+
+
+def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFrame, path):
+    models = list(circuits)
+    fig, axes = plt.subplots(2, len(models), figsize=(4.0 * len(models), 6.6), squeeze=False)
+    for col, model in enumerate(models):
+        c = circuits[model]
+        ax = axes[0][col]
+        a = ablation[ablation["model"] == model]
+        groups = list(dict.fromkeys(a["layers"].astype(str)))
+        x = np.arange(len(groups))
+        for j, mode in enumerate(("zero", "mean")):
+            m = a[a["mode"] == mode].set_index(a[a["mode"] == mode]["layers"].astype(str)).loc[groups]
+            err = np.vstack([m["accuracy"] - m["accuracy_lo"], m["accuracy_hi"] - m["accuracy"]])
+            ax.bar(x + (j - 0.5) * 0.4, m["accuracy"], 0.4, yerr=err, capsize=2, label=f"{mode}-ablated")
+        ax.axhline(c["intact"]["accuracy"], color="black", lw=0.8, ls="--", label="intact")
+        ax.set_xticks(x, [f"G{i}\nL{g}" for i, g in enumerate(groups)], fontsize=7)
+        ax.set_ylim(0, 1.05)
+        enc, adr, rd = c["encode"], c["address"], c["reader"]
+        address = "none before the reader" if adr["group"] is None else f"G{adr['group']}"
+        title = f"{model}\nEncode G{enc['group']}, Address {address}, reader L{rd['layer']}.h{rd['head']}"
+        if c["intact"]["accuracy"] < WEAK:  # a model that does not retrieve has no circuit to find
+            title += f"\n(intact accuracy {c['intact']['accuracy']:.2f}: not meaningful)"
+        ax.set_title(title, fontsize=8)
+        ax.set_ylabel("retrieval accuracy", fontsize=8)
+        ax.legend(fontsize=6)
+        ax = axes[1][col]
+        t = transplant[transplant["model"] == model].set_index(["kind", "block", "donor", "positions"])
+        conds = [k for k in CONDITIONS if k in t.index]
+        if conds:
+            r = t.loc[conds]
+            err = np.vstack([r["redirect"] - r["redirect_lo"], r["redirect_hi"] - r["redirect"]])
+            colours = [
+                "#1b6ca8" if k[1] == "address" and k[2] == "same_dict" and k[3] != "dict" else "#999999" for k in conds
+            ]
+            ax.barh(np.arange(len(conds)), r["redirect"], xerr=err, color=colours, capsize=2)
+            ax.set_yticks(np.arange(len(conds)), [label(*k) for k in conds], fontsize=7)
+            ax.invert_yaxis()
+        ax.set_xlim(0, 1.05)
+        ax.set_xlabel("redirect rate (host answers the donor's key)", fontsize=8)
+    fig.suptitle(
+        "Encode–Address circuit: ablation (top), transplants and controls (bottom); 95 % bootstrap", fontsize=9
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
