@@ -1,0 +1,255 @@
+"""HLA (Hybrid Linear Attention) for Gated DeltaNet, and the fixed chunk-mixing baseline.
+
+Every finished chunk c of the sequence is an exact affine map of the GDN state, S -> A_c S + B_c. One GDN pass
+over the chunk with values padded to [v | 0] and initial state [0 | I] gives both: the final state is
+[B_c | A_c], and the output at token t is [o_t | A_{<=t}^T q_t] (the chunk's own output from a zero state, and
+the query carried back through the chunk so far). A query-dependent gate s_i(q) in (0, 1) per earlier chunk
+then mixes each chunk's map with the identity:
+
+    S~_i = ((1 - s_i) I + s_i A_i) S~_{i-1} + s_i B_i,      o_t = o_t(chunk) + S~_{j-1}(q_t)^T A_{<=t}^T q_t
+
+for a token t in chunk j; the current chunk always has gate 1, and all gates 1 is exactly GDN.
+
+gated_delta_rule   GDN over [B, T, H, d]: flash-linear-attention's kernel on CUDA when it imports, else
+                   transformers' plain PyTorch reference
+chunk_summaries    (A_c, B_c) per chunk and the per-token pieces, from the padded pass
+HLAMixer           drop-in replacement for a Qwen3.5 GatedDeltaNet mixer that shares its weights; `mode` is
+                   "hla" (router gates), "fixed" (learned gate per chunk distance) or "gdn" (gates 1)
+HLAState           the decode cache: conv tail, finished chunks' summaries, the unfinished chunk's tokens
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODES = ("hla", "fixed", "gdn")
+
+
+def _fla_kernel():
+    if not torch.cuda.is_available():
+        return None
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except ImportError:
+        return None
+    return chunk_gated_delta_rule
+
+
+def gated_delta_rule(q, k, v, g, beta, initial_state, use_fla=True):
+    """Outputs [B, T, H, dv] and final state [B, H, dk, dv]; q and k are l2-normalised inside, q scaled."""
+    kernel = _fla_kernel() if use_fla and q.is_cuda else None
+    if kernel is not None:
+        out, state = kernel(
+            q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True, use_qk_l2norm_in_kernel=True
+        )
+        return out, state
+    from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule
+
+    out, state = torch_chunk_gated_delta_rule(
+        q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True, use_qk_l2norm_in_kernel=True
+    )
+    return out.to(v.dtype), state.to(v.dtype)
+
+
+def chunk_summaries(q, k, v, g, beta, chunk: int, use_fla=True):
+    """Per chunk of `chunk` tokens (the last one padded with identity tokens: beta = 0, g = 0):
+
+    returns out [B, T, H, dv] (each chunk's own output from a zero state), qc [B, T, H, dk] (A_{<=t}^T q_t, the
+    normalised, scaled query carried back through its chunk), A [B, H, n, dk, dk] and Bm [B, H, n, dk, dv].
+    """
+    b, t, h, dk = k.shape
+    dv = v.shape[-1]
+    pad = (-t) % chunk
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, 0, 0, pad)) for x in (g, beta))
+    n = (t + pad) // chunk
+
+    def per_chunk(x):  # [B, n*C, ...] -> [B*n, C, ...]
+        return x.reshape(b * n, chunk, *x.shape[2:])
+
+    v_pad = torch.cat([v, v.new_zeros(*v.shape[:-1], dk)], -1)
+    init = torch.cat([v.new_zeros(dk, dv), torch.eye(dk, dtype=v.dtype, device=v.device)], -1)
+    init = init.expand(b * n, h, dk, dv + dk).contiguous()
+    out, final = gated_delta_rule(
+        per_chunk(q), per_chunk(k), per_chunk(v_pad), per_chunk(g), per_chunk(beta), init, use_fla
+    )
+    out = out.reshape(b, n * chunk, h, dv + dk)[:, :t]
+    final = final.reshape(b, n, h, dk, dv + dk).transpose(1, 2)
+    return out[..., :dv], out[..., dv:], final[..., dv:], final[..., :dv]
+
+
+@dataclass
+class HLAState:
+    """What decoding needs: the conv tail, finished chunks' (A, B, representatives) and the open chunk."""
+
+    conv: torch.Tensor  # [B, conv_dim, kernel - 1] pre-conv inputs
+    A: torch.Tensor  # [B, H, n, dk, dk]
+    Bm: torch.Tensor  # [B, H, n, dk, dv]
+    reps: torch.Tensor  # [B, H, n, buckets, dk] raw-key bucket representatives
+    open: tuple  # (q, k, v, g, beta) of the unfinished chunk, [B, L, ...] with L < chunk
+
+
+class HLAMixer(nn.Module):
+    """A Qwen3.5 GatedDeltaNet mixer with HLA (or fixed) chunk mixing; projections, conv, decay, norm and output
+    are the wrapped GDN's own modules (shared, not copied).
+
+    forward(hidden [B, T, D], state=None) -> (output [B, T, D], new state, aux losses)
+    """
+
+    def __init__(
+        self,
+        gdn,
+        mode: str = "hla",
+        chunk: int = 64,
+        bucket: int = 16,
+        gate_bias: float = 4.0,
+        max_distance: int = 64,
+        budget: float = 0.5,
+        use_fla: bool = True,
+    ):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"HLA mode {mode!r}; use one of {MODES}")
+        if chunk % bucket:
+            raise ValueError(f"HLA chunk size {chunk} is not a multiple of the bucket size {bucket}")
+        self.gdn, self.mode, self.chunk, self.bucket, self.budget, self.use_fla = (
+            gdn,
+            mode,
+            chunk,
+            bucket,
+            budget,
+            use_fla,
+        )
+        h, dk = gdn.num_v_heads, gdn.head_k_dim
+        # Router: a per-head map of the raw query against bucket representatives (raw keys pooled by a
+        # one-head attention with a learned query). Identity map and a large bias: gates start near 1 (= GDN).
+        self.router = nn.Parameter(torch.eye(dk).repeat(h, 1, 1))
+        self.pool = nn.Parameter(torch.zeros(h, dk))
+        self.gate_bias = nn.Parameter(torch.full((h,), float(gate_bias)))
+        # Fixed mixing: one content-independent gate logit per head and chunk distance (1 = the previous chunk).
+        self.distance_logit = nn.Parameter(torch.zeros(h, max_distance))
+
+    # --- the GDN parts ----------------------------------------------------------------------------------
+    def _project(self, hidden, conv_tail):
+        gdn = self.gdn
+        b, t, _ = hidden.shape
+        mixed = gdn.in_proj_qkv(hidden).transpose(1, 2)  # [B, conv_dim, T]
+        if conv_tail is None:
+            conv_tail = mixed.new_zeros(b, mixed.shape[1], gdn.conv_kernel_size - 1)
+        ext = torch.cat([conv_tail, mixed], -1)
+        conv = F.conv1d(ext, gdn.conv1d.weight, gdn.conv1d.bias, groups=gdn.conv_dim)
+        conv = F.silu(conv).transpose(1, 2)
+        q, k, v = torch.split(conv, [gdn.key_dim, gdn.key_dim, gdn.value_dim], -1)
+        q = q.reshape(b, t, -1, gdn.head_k_dim)
+        k = k.reshape(b, t, -1, gdn.head_k_dim)
+        v = v.reshape(b, t, -1, gdn.head_v_dim)
+        if gdn.num_v_heads != gdn.num_k_heads:  # grouped value heads share a query/key head
+            rep = gdn.num_v_heads // gdn.num_k_heads
+            q, k = q.repeat_interleave(rep, 2), k.repeat_interleave(rep, 2)
+        beta = gdn.in_proj_b(hidden).sigmoid()
+        g = -gdn.A_log.float().exp() * F.softplus(gdn.in_proj_a(hidden).float() + gdn.dt_bias)
+        z = gdn.in_proj_z(hidden).reshape(b, t, -1, gdn.head_v_dim)
+        return q, k, v, g.to(v.dtype), beta, z, ext[..., -(gdn.conv_kernel_size - 1) :]
+
+    def _output(self, core, z):
+        b, t = core.shape[:2]
+        out = self.gdn.norm(core.reshape(-1, self.gdn.head_v_dim), z.reshape(-1, self.gdn.head_v_dim))
+        return self.gdn.out_proj(out.reshape(b, t, -1))
+
+    # --- gates ------------------------------------------------------------------------------------------
+    def representatives(self, k):
+        """Raw keys [B, n*C, H, dk] of finished chunks -> [B, H, n, buckets, dk]."""
+        b, t, h, dk = k.shape
+        kb = k.reshape(b, t // self.bucket, self.bucket, h, dk)
+        w = torch.softmax(torch.einsum("bnchd,hd->bnch", kb, self.pool.to(k.dtype)), dim=2)
+        reps = torch.einsum("bnch,bnchd->bnhd", w, kb)  # [B, buckets total, H, dk]
+        return reps.reshape(b, t // self.chunk, self.chunk // self.bucket, h, dk).permute(0, 3, 1, 2, 4)
+
+    def gates(self, q_raw, reps, chunk_of):
+        """Gate logits [B, H, T, n] of every token for every finished chunk (masking is the caller's)."""
+        if self.mode == "hla":
+            mapped = torch.einsum("bthd,hde->bhte", q_raw, self.router.to(q_raw.dtype))
+            scores = torch.einsum("bhte,bhnme->bhtnm", mapped, reps) / q_raw.shape[-1] ** 0.5
+            nb = reps.shape[-2]
+            logit = torch.logsumexp(scores, -1) - torch.log(torch.tensor(float(nb)))
+            return logit + self.gate_bias.to(q_raw.dtype)[None, :, None, None]
+        n = reps.shape[2]
+        dist = (chunk_of[:, None] - torch.arange(n, device=chunk_of.device)[None]).clamp(
+            1, self.distance_logit.shape[1]
+        )
+        logit = self.distance_logit[:, dist - 1] + self.gate_bias[:, None, None]  # [H, T, n]
+        return logit[None].to(q_raw.dtype).expand(q_raw.shape[0], -1, -1, -1)
+
+    # --- forward ----------------------------------------------------------------------------------------
+    def forward(self, hidden, state: HLAState | None = None):
+        q, k, v, g, beta, z, conv_tail = self._project(hidden, None if state is None else state.conv)
+        t_new = q.shape[1]
+        if state is not None and state.open[0].shape[1]:  # the open chunk is recomputed with the new tokens
+            q, k, v, g, beta = (torch.cat([o, x], 1) for o, x in zip(state.open, (q, k, v, g, beta), strict=True))
+        n_prev = 0 if state is None else state.A.shape[2]
+        out, qc, A, Bm = chunk_summaries(q, k, v, g, beta, self.chunk, self.use_fla)
+        t = q.shape[1]
+        n_full = t // self.chunk
+        A, Bm = A[:, :, :n_full], Bm[:, :, :n_full]
+        if n_full:
+            reps = self.representatives(k[:, : n_full * self.chunk])
+        else:
+            reps = q.new_zeros(*A.shape[:3], self.chunk // self.bucket, k.shape[-1])
+        if state is not None:
+            A, Bm = torch.cat([state.A, A], 2), torch.cat([state.Bm, Bm], 2)
+            reps = torch.cat([state.reps, reps], 2)
+        n = A.shape[2]
+        chunk_of = n_prev + torch.arange(t, device=q.device) // self.chunk  # global chunk index per token
+        aux = {}
+        if n:
+            visible = (torch.arange(n, device=q.device)[None] < chunk_of[:, None]).to(q.dtype)  # [T, n]
+            if self.mode == "gdn":
+                s = visible.expand(q.shape[0], q.shape[2], -1, -1)
+            else:
+                s = torch.sigmoid(self.gates(q, reps, chunk_of)) * visible
+                aux = self.regularizers(s, visible)
+            out = out + self.compose(A, Bm, s, qc)
+        out = out[:, t - t_new :]
+        keep = n_full * self.chunk
+        new_state = HLAState(
+            conv_tail,
+            A,
+            Bm,
+            reps,
+            tuple(x[:, keep:] for x in (q, k, v, g, beta)),
+        )
+        return self._output(out, z), new_state, aux
+
+    @staticmethod
+    def compose(A, Bm, s, qc):
+        """Per token, S~(q_t)^T qc_t with S~ composed over the earlier chunks under the token's gates.
+
+        S~_{j-1} = sum_i (M_{j-1} ... M_{i+1}) s_i B_i with M_i = (1 - s_i) I + s_i A_i, so the query is carried
+        backwards through the chunks instead of composing a d_k x d_v state per token: O(d_k^2) per chunk and
+        token, not O(d_k^2 d_v). Gates of chunks at or after the token's own are 0 (M = I, no term).
+        """
+        u = qc.transpose(1, 2)  # [B, H, T, dk]
+        out = Bm.new_zeros(*u.shape[:3], Bm.shape[-1])
+        for i in reversed(range(Bm.shape[2])):
+            si = s[:, :, :, i, None]
+            out = out + si * torch.einsum("bhtk,bhkv->bhtv", u, Bm[:, :, i])
+            u = u + si * (torch.einsum("bhtk,bhkl->bhtl", u, A[:, :, i]) - u)
+        return out.transpose(1, 2)
+
+    def regularizers(self, s, visible):
+        """Effective support relu(ES - 2)^2, gate budget relu(mean gate - budget)^2 and binary s(1 - s)."""
+        count = visible.sum(-1)  # [T] earlier chunks per token
+        has = count > 0
+        total = s.sum(-1).clamp_min(1e-9)
+        p = s / total[..., None]
+        es = 1 / (p * p).sum(-1).clamp_min(1e-9)
+        mean_gate = s.sum(-1) / count.clamp_min(1)
+        binary = (s * (1 - s) * visible).sum(-1) / count.clamp_min(1)
+        return {
+            "support": (F.relu(es - 2) ** 2)[..., has].mean(),
+            "budget": (F.relu(mean_gate - self.budget) ** 2)[..., has].mean(),
+            "binary": binary[..., has].mean(),
+        }
