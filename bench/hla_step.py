@@ -64,10 +64,10 @@ def main():
             cmd += ["--heads", str(args.heads), "--repeats", str(args.repeats)]
             r[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         g, h, f = r["gdn_plain"], r["hla"], r["fixed"]
+        ratio, fixed_ratio = h["seconds"] / g["seconds"], f["seconds"] / g["seconds"]
         print(
-            f"{length:<6} {g['seconds']:7.3f} {h['seconds']:7.3f} {f['seconds']:8.3f} {h['seconds'] / g['seconds']:8.2f}"
-            f" {f['seconds'] / g['seconds']:10.2f} {g['peak_mb']:7.0f} {h['peak_mb']:7.0f}"
-            f" {h['peak_mb'] / max(g['peak_mb'], 1):12.2f}"
+            f"{length:<6} {g['seconds']:7.3f} {h['seconds']:7.3f} {f['seconds']:8.3f} {ratio:8.2f}"
+            f" {fixed_ratio:10.2f} {g['peak_mb']:7.0f} {h['peak_mb']:7.0f} {h['peak_mb'] / max(g['peak_mb'], 1):12.2f}"
         )
 
 

@@ -18,6 +18,8 @@ validate(config, "../config/schema.yaml")
 
 wildcard_constraints:
     model="|".join(config["models"]),
+    mode="gdn|fixed|hla",
+    seed=r"\d+",
     task="[A-Za-z0-9_]+",
 
 
@@ -130,6 +132,19 @@ def circuit_tables(name):
     )
 
 
+def check_adapt_models():
+    """HLA replaces Gated DeltaNet mixers: only Qwen3.5-family registry entries can be adapted."""
+    for name in config["hla"]["adapt_models"]:
+        if config["models"].get(name, {}).get("family") != "qwen3_5":
+            raise ValueError(
+                f"config hla.adapt_models: {name!r} is not a qwen3_5 model of the registry; "
+                "HLA replaces Gated DeltaNet mixers, so list Qwen3.5-family models only"
+            )
+
+
+check_adapt_models()
+
+
 def final_outputs():
     outputs = []
     if toy_models():
@@ -147,4 +162,8 @@ def final_outputs():
         ]
     if selected("circuit", "models", config["models"]):
         outputs.append("results/figures/circuit.pdf")
+    if config["hla"]["modes"]:
+        outputs.append("results/figures/hla_length.pdf")
+    if config["hla"]["adapt_models"]:
+        outputs.append("results/figures/hla_adapt.pdf")
     return outputs

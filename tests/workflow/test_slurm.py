@@ -68,8 +68,11 @@ def test_job_over_its_memory_request_is_reported_with_its_slurm_log(slurm_runs):
     cwd, first, _, _ = slurm_runs
     out = first.stdout + first.stderr
     assert first.returncode != 0
-    logs = re.findall(r"\.snakemake/slurm_logs/rule_extract_activations/qwen_tiny_chat4/\d+\.log", out)
-    assert logs, out[-3000:]
+    # The error report names the job's SLURM log, where SLURM's reason is.
+    report = re.search(r"Error in rule extract_activations:.*?\n\s*log: ([^\n]*)", out, re.S)
+    assert report, out[-3000:]
+    logs = re.findall(r"\S*\.snakemake/slurm_logs/rule_extract_activations/qwen_tiny_chat4/\d+\.log", report[1])
+    assert logs, report[0]
     assert "exceeded memory limit" in (cwd / logs[0]).read_text()
     # keep-going: the other models' extractions finished; the killed one left nothing, not even a temporary.
     assert first.left == [
@@ -82,7 +85,7 @@ def test_rerun_resumes_without_redoing_finished_jobs(slurm_runs):
     assert second.returncode == 0, second.stderr[-3000:]
     # Only qwen_tiny's model jobs (killed the first time) and what reads their tables.
     redone = {"extract_activations", "plot_logit_lens", "split_prefill", "plot_split_retention", "plot_state_swap"}
-    redone |= {"split_prefill_samples", "circuit", "plot_circuit", "all"}
+    redone |= {"split_prefill_samples", "circuit", "plot_circuit", "hla_adapt", "plot_hla_adapt", "all"}
     assert rules_run(second) == redone
     assert trained and trained == {p: p.stat().st_mtime_ns for p in trained}
 

@@ -131,6 +131,33 @@ def test_circuit_rule_fails_when_the_identity_check_fails(run1, tmp_path):
     assert before and not (cwd / "results/circuit/qwen_tiny/circuit.json").exists()
 
 
+def test_hla_length_table(run1):
+    cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["hla"]
+    rows = pd.concat(
+        [
+            pd.read_csv(run1 / f"results/hla/scratch/{m}_s{s}/eval.csv")
+            for m in ("gdn", "fixed", "hla")
+            for s in cfg["seeds"]
+        ]
+    )
+    table = pd.read_csv(run1 / "results/tables/hla_length.tsv", sep="\t")
+    lengths = [cfg["train_length"] * m for m in cfg["length_multipliers"]]
+    assert sorted(table["length"].unique()) == lengths and set(table["mode"]) == {"gdn", "fixed", "hla"}
+    for _, r in table[table["task"] != "macro"].iterrows():
+        g = rows[(rows["mode"] == r["mode"]) & (rows["task"] == r["task"]) & (rows["length"] == r["length"])]
+        assert r["accuracy"] == pytest.approx(g["correct"].sum() / g["answers"].sum())
+        assert r["lo"] <= r["accuracy"] <= r["hi"]
+    macro = table[table["task"] == "macro"].set_index(["mode", "length"])["accuracy"]
+    per_task = table[table["task"] != "macro"].groupby(["mode", "length"])["accuracy"].mean()
+    pd.testing.assert_series_equal(macro.sort_index(), per_task.sort_index(), check_names=False)
+    # Adaptation: the same items before conversion, right after it and after fine-tuning.
+    adapt = pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/eval.csv")
+    phases = {p: g.set_index(["task", "length"])["answers"] for p, g in adapt.groupby("phase")}
+    assert set(phases) == {"before", "gdn_finetuned", "converted", "after"}
+    assert phases["before"].equals(phases["converted"]) and phases["before"].equals(phases["after"])
+    assert len(pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/curve.csv")) == 2
+
+
 def test_noop_rerun_does_nothing(run1):
     res = snakemake(run1, "-n")
     assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr

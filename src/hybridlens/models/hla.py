@@ -253,3 +253,36 @@ class HLAMixer(nn.Module):
             "budget": (F.relu(mean_gate - self.budget) ** 2)[..., has].mean(),
             "binary": binary[..., has].mean(),
         }
+
+
+class HLALayer(nn.Module):
+    """An HLAMixer in a decoder layer's mixer slot: the decoder's call signature, output only; the
+    regularizers of the last forward stay in `aux`. Generation through the transformers cache is not wired:
+    decode with HLAMixer and its HLAState."""
+
+    def __init__(self, mixer: HLAMixer):
+        super().__init__()
+        self.mixer, self.aux = mixer, {}
+
+    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        if cache is not None:
+            raise NotImplementedError("HLA layers run without the transformers cache; call with use_cache=False")
+        out, _, self.aux = self.mixer(hidden_states)
+        return out
+
+
+def to_hla(model, mode: str = "hla", **kwargs):
+    """Replace every GDN mixer of a Qwen3.5 model, in place, by HLA (or fixed) mixing that shares its weights.
+
+    With the default gate bias the gates start near 1, so the converted model starts as the original.
+    """
+    layers = model.model.layers
+    converted = 0
+    for layer in layers:
+        gdn = getattr(layer, "linear_attn", None)
+        if gdn is not None and not isinstance(gdn, HLALayer):
+            layer.linear_attn = HLALayer(HLAMixer(gdn, mode=mode, **kwargs))
+            converted += 1
+    if not converted:
+        raise ValueError("to_hla: the model has no Gated DeltaNet mixers (layers[i].linear_attn) to convert")
+    return model

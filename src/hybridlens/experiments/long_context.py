@@ -1,0 +1,177 @@
+"""Long-context recall from scratch: GDN, fixed chunk mixing and HLA models of one size, one suite.
+
+Symbols   the token ids a suite uses (specials, keys, values, filler), so the suite runs in any vocabulary
+SUITE     RULER-style tasks generated here: needle in a haystack (single, multi-key, multi-value,
+          multi-query), variable tracking, multi-query associative recall (MQAR)
+make_item one item: token ids and the (position, token) pairs the model must predict there
+build     an all-linear Qwen3.5-architecture model whose mixers are GDN, fixed mixing or HLA
+          (a pretrained model is converted with models.hla.to_hla and fine-tuned with the same train)
+train     next-token training on answers only, plus HLA's regularizers
+evaluate  teacher-forced answer accuracy per task and length
+"""
+
+import random
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from hybridlens.models.hla import HLALayer, to_hla
+from hybridlens.models.toy import build_toy_model
+
+SUITE = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "variable_tracking", "mqar")
+TRAIN_TASKS = ("mqar", "niah_single", "niah_multikey")
+
+
+@dataclass(frozen=True)
+class Symbols:
+    pad: int
+    assign: int
+    query: int
+    keys: tuple[int, ...]
+    values: tuple[int, ...]
+    filler: tuple[int, ...]
+
+    @classmethod
+    def synthetic(cls, n_keys=32, n_values=32, n_filler=32):
+        start = 3
+        keys = tuple(range(start, start + n_keys))
+        values = tuple(range(keys[-1] + 1, keys[-1] + 1 + n_values))
+        filler = tuple(range(values[-1] + 1, values[-1] + 1 + n_filler))
+        return cls(0, 1, 2, keys, values, filler)
+
+    @classmethod
+    def for_model(cls, hm):
+        """The suite in a pretrained model's vocabulary: task words that are one token after a space."""
+        from hybridlens.tasks.vocab import KEYS, NEUTRAL, VALUES
+
+        ids = {w: hm.token_id(w) for w in hm.single_token_words([*KEYS, *VALUES, *NEUTRAL])}
+        keys = tuple(ids[w] for w in KEYS if w in ids)
+        values = tuple(ids[w] for w in VALUES if w in ids)
+        filler = tuple(ids[w] for w in NEUTRAL if w in ids and w.isalpha())
+        if min(len(keys), len(values)) < 8 or not filler or "=" not in ids or "?" not in ids:
+            raise ValueError(f"tokenizer of {hm.source}: too few single-token task words for the long-context suite")
+        pad = hm.tokenizer.pad_token_id if hm.tokenizer.pad_token_id is not None else hm.tokenizer.eos_token_id
+        return cls(pad, ids["="], ids["?"], keys, values, filler)
+
+    @property
+    def vocab_size(self):
+        return max(self.filler + self.values + self.keys) + 1
+
+
+def _haystack(rng, sym, length, needles):
+    """Filler of `length` tokens with the needles (token lists) at increasing random depths."""
+    body = length - sum(len(n) for n in needles)
+    if body < 0:
+        raise ValueError(
+            f"length {length} is too short for {len(needles)} needles; use longer contexts (hla.train_length >= 32)"
+        )
+    cuts = sorted(rng.randrange(body + 1) for _ in needles)
+    out, prev = [], 0
+    for cut, needle in zip(cuts, needles, strict=True):
+        out += [rng.choice(sym.filler) for _ in range(cut - prev)] + list(needle)
+        prev = cut
+    return out + [rng.choice(sym.filler) for _ in range(body - prev)]
+
+
+def make_item(task: str, rng: random.Random, length: int, sym: Symbols):
+    """(ids, targets): ids of about `length` tokens; targets = [(position, token)] predicted from ids[:position]."""
+    keys = rng.sample(sym.keys, 8)
+    values = [rng.choice(sym.values) for _ in keys]
+    question = []
+    if task == "mqar":
+        n = max(2, min(len(sym.keys), length // 6))
+        keys = rng.sample(sym.keys, n)
+        values = [rng.choice(sym.values) for _ in keys]
+        context = [t for k, v in zip(keys, values, strict=True) for t in (k, sym.assign, v)]
+        asked = rng.sample(range(n), min(n, max(1, (length - len(context)) // 4)))
+        question = [(keys[i], [values[i]]) for i in asked]
+        ids = context + [rng.choice(sym.filler) for _ in range(length - len(context) - 4 * len(question))]
+    elif task.startswith("niah"):
+        n = 1 if task == "niah_single" else 4
+        vals = [[v] for v in values[:n]]
+        if task == "niah_multivalue":
+            vals = [[values[0], rng.choice([v for v in sym.values if v != values[0]])]]
+            n = 1
+        needles = [[keys[i], sym.assign, *vals[i]] for i in range(n)]
+        asked = rng.sample(range(n), 2 if task == "niah_multiquery" else 1)
+        question = [(keys[i], vals[i]) for i in asked]
+        size = sum(3 + len(v) for _, v in question)
+        ids = _haystack(rng, sym, length - size, needles)
+    elif task == "variable_tracking":
+        chain = keys[:3]  # x0 = v; x1 = x0; x2 = x1
+        needles = [[chain[0], sym.assign, values[0]]] + [[chain[i], sym.assign, chain[i - 1]] for i in (1, 2)]
+        question = [(chain[2], [values[0]])]
+        ids = _haystack(rng, sym, length - 4, needles)
+    else:
+        raise ValueError(f"unknown long-context task {task!r}; use one of {SUITE}")
+    targets = []
+    for key, answer in question:
+        ids += [sym.query, key, sym.assign]
+        for token in answer:
+            targets.append((len(ids), token))
+            ids.append(token)
+    return ids, targets
+
+
+def batch(task, rng, n, length, sym, device="cpu"):
+    items = [make_item(task, rng, length, sym) for _ in range(n)]
+    width = max(len(ids) for ids, _ in items)
+    ids = torch.full((n, width), sym.pad, dtype=torch.long)
+    labels = torch.full((n, width), -100, dtype=torch.long)
+    for b, (seq, targets) in enumerate(items):
+        ids[b, : len(seq)] = torch.tensor(seq)
+        for pos, token in targets:
+            labels[b, pos] = token
+    return ids.to(device), labels.to(device)
+
+
+def build(mode: str, sym: Symbols, hidden: int, layers: int, heads: int, seed: int, chunk: int, bucket: int):
+    """An all-linear Qwen3.5-architecture model; `mode` gdn keeps transformers' GDN mixers."""
+    model = build_toy_model("qwen3_5", sym.vocab_size, hidden, "L" * layers, heads=heads, seed=seed)
+    if mode != "gdn":
+        to_hla(model, mode, chunk=chunk, bucket=bucket, gate_bias=0.0)
+    return model
+
+
+def _loss(model, ids, labels, reg: float):
+    logits = model(ids, use_cache=False).logits[:, :-1]
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+    aux = [v for m in model.modules() if isinstance(m, HLALayer) for v in m.aux.values()]
+    return loss + reg * sum(aux) if aux else loss, loss
+
+
+def train(model, sym: Symbols, length: int, steps: int, batch_size: int, lr: float, seed: int, reg: float = 0.01):
+    """Answer-only next-token training on a seeded mixture of TRAIN_TASKS; returns the loss curve."""
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    curve = []
+    for step in range(steps):
+        ids, labels = batch(TRAIN_TASKS[step % len(TRAIN_TASKS)], rng, batch_size, length, sym)
+        total, loss = _loss(model, ids, labels, reg)
+        opt.zero_grad()
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        curve.append({"step": step, "task": TRAIN_TASKS[step % len(TRAIN_TASKS)], "loss": loss.item()})
+    model.eval()
+    return curve
+
+
+@torch.no_grad()
+def evaluate(model, sym: Symbols, lengths, n: int, seed: int, tasks=SUITE, batch_size: int = 16):
+    """Rows of (task, length, n answers, correct) with teacher forcing."""
+    rows = []
+    for task in tasks:
+        for length in lengths:
+            rng = random.Random(seed * 1_000_003 + SUITE.index(task) * 10_007 + length)
+            correct = total = 0
+            for start in range(0, n, batch_size):
+                ids, labels = batch(task, rng, min(batch_size, n - start), length, sym)
+                pred = model(ids, use_cache=False).logits[:, :-1].argmax(-1)
+                mask = labels[:, 1:] != -100
+                correct += int((pred[mask] == labels[:, 1:][mask]).sum())
+                total += int(mask.sum())
+            rows.append({"task": task, "length": length, "answers": total, "correct": correct})
+    return rows

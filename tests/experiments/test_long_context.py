@@ -1,0 +1,68 @@
+"""The long-context suite and the from-scratch models."""
+
+import random
+
+import pytest
+import torch
+
+from hybridlens.experiments.long_context import SUITE, Symbols, batch, build, evaluate, make_item, train
+from hybridlens.models.hla import HLALayer, to_hla
+from hybridlens.models.toy import build_toy_model
+
+SYM = Symbols.synthetic()
+
+
+@pytest.mark.parametrize("task", SUITE)
+def test_items_ask_for_what_the_context_holds(task):
+    rng = random.Random(0)
+    for length in (64, 256):
+        ids, targets = make_item(task, rng, length, SYM)
+        assert abs(len(ids) - length) <= 4 and targets
+        for pos, token in targets:
+            assert ids[pos] == token and token in SYM.values
+            # The question right before the first answer: QUERY key ASSIGN; the key is bound in the context.
+            first = targets[0][0]
+            assert ids[first - 3] == SYM.query and ids[first - 1] == SYM.assign
+        key = ids[targets[0][0] - 2]
+        bound = [i for i in range(targets[0][0] - 3) if ids[i] == key and ids[i + 1] == SYM.assign]
+        assert bound, task
+        if task != "variable_tracking":  # the value follows its key's binding directly
+            assert any(ids[i + 2] == targets[0][1] for i in bound)
+    assert make_item(task, random.Random(5), 128, SYM) == make_item(task, random.Random(5), 128, SYM)
+
+
+def test_batches_label_only_answers():
+    ids, labels = batch("niah_multiquery", random.Random(1), 3, 64, SYM)
+    assert ids.shape == labels.shape and ((labels != -100).sum(1) == 2).all()
+    assert torch.equal(ids[labels != -100], labels[labels != -100])
+
+
+def test_to_hla_starts_as_the_original_model():
+    torch.manual_seed(0)
+    model = build_toy_model("qwen3_5", SYM.vocab_size, 32, "LLA", heads=2, seed=0).double()
+    ids, _ = batch("mqar", random.Random(2), 2, 40, SYM)
+    with torch.no_grad():
+        before = model(ids, use_cache=False).logits
+        to_hla(model, "hla", chunk=8, bucket=4, gate_bias=60.0)  # gates = 1 to float64 precision
+        after = model(ids, use_cache=False).logits
+    assert sum(isinstance(m, HLALayer) for m in model.modules()) == 2
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="no Gated DeltaNet"):
+        to_hla(build_toy_model("granitemoehybrid", SYM.vocab_size, 24, "LA", heads=2))
+
+
+@pytest.mark.parametrize("mode", ["gdn", "hla"])
+def test_training_lowers_the_loss_and_evaluation_counts_answers(mode):
+    model = build(mode, SYM, 32, 1, 2, seed=0, chunk=8, bucket=4)
+    curve = train(model, SYM, 32, 60, 8, 3e-3, seed=0)
+    first = sum(r["loss"] for r in curve[:9]) / 9
+    last = sum(r["loss"] for r in curve[-9:]) / 9
+    assert last < first - 0.3, (first, last)
+    rows = evaluate(model, SYM, [32, 64], n=5, seed=1, tasks=("niah_single", "niah_multiquery"))
+    assert [(r["task"], r["length"], r["answers"]) for r in rows] == [
+        ("niah_single", 32, 5),
+        ("niah_single", 64, 5),
+        ("niah_multiquery", 32, 10),
+        ("niah_multiquery", 64, 10),
+    ]
+    assert rows == evaluate(model, SYM, [32, 64], n=5, seed=1, tasks=("niah_single", "niah_multiquery"))
