@@ -104,6 +104,22 @@ def res(key, default):
     )
 
 
+def hla_settings(keep=None, exclude=()):
+    """The hla section's keys a rule depends on, so that editing another key does not rerun it."""
+    return canonical(
+        {
+            k: v
+            for k, v in config["hla"].items()
+            if (keep is None or k in keep) and k not in exclude
+        }
+    )
+
+
+def hla_resource(key, default):
+    """What one from-scratch HLA job asks for (hla.resources; toy defaults)."""
+    return config["hla"].get("resources", {}).get(key, default)
+
+
 def selected(section, key, universe):
     chosen = config[section][key] or list(universe)
     unknown = sorted(set(chosen) - set(universe))

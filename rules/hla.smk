@@ -12,12 +12,13 @@ rule hla_scratch:
         "benchmarks/hla_scratch/{mode}_s{seed}.tsv"
     conda:
         "../environment.yml"
-    threads: 1
+    threads: hla_resource("cpus", 1)
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=hla_resource("mem_mb", 2000),
+        runtime=hla_resource("runtime", 30),
+        gpu=hla_resource("gpus", 0),
     params:
-        settings=canonical(config["hla"]),
+        settings=hla_settings(exclude=("resources", "adapt", "adapt_models")),
     script:
         "../workflow_scripts/hla_scratch.py"
 
@@ -66,7 +67,9 @@ rule hla_adapt:
         gpu=res("gpus", 0),
     params:
         model=model_params,
-        settings=canonical(config["hla"]),
+        settings=hla_settings(
+            keep=("adapt", "chunk", "bucket", "reg", "length_multipliers")
+        ),
     script:
         "../workflow_scripts/hla_adapt.py"
 

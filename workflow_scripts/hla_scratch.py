@@ -9,7 +9,7 @@ with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
     s, mode, seed = snakemake.params.settings, snakemake.wildcards.mode, int(snakemake.wildcards.seed)
     sym = Symbols.synthetic(s["symbols"], s["symbols"], 16)
-    model = build(mode, sym, s["hidden"], s["layers"], s["heads"], seed, s["chunk"], s["bucket"])
+    model = build(mode, sym, s["hidden"], s["layers"], s["heads"], seed, s["chunk"], s["bucket"]).to(s["device"])
     log.info("%s seed %d: %d parameters", mode, seed, sum(p.numel() for p in model.parameters()))
     curve = train(model, sym, s["train_length"], s["steps"], s["batch_size"], s["lr"], seed, s["reg"])
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)

@@ -173,13 +173,10 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
         d = run.value_logits(logits, target) - run.value_logits(logits, distractor)
         return acc, d
 
+    # One intact forward gives the baseline and every group's writes at all positions.
     logits, attn, captured = run.forward(capture=[s for g in hm.groups for s in mixer_sites(g)])
     intact_acc, intact_d = measure(logits)
-    # Mean writes over the reference set and every position, per layer.
-    means = {}
-    for site in mixer_sites([layer for g in hm.groups for layer in g]):
-        _, _, full = run.forward(capture=[site], capture_at=None)
-        means[site] = full[site].mean(dim=(0, 1))
+    means = {site: full.mean(dim=(0, 1)) for site, full in captured.items()}  # over prompts and positions
 
     ablation = []
     for gi, group in enumerate(hm.groups):

@@ -144,11 +144,12 @@ def _loss(model, ids, labels, reg: float):
 def train(model, sym: Symbols, length: int, steps: int, batch_size: int, lr: float, seed: int, reg: float = 0.01):
     """Answer-only next-token training on a seeded mixture of TRAIN_TASKS; returns the loss curve."""
     rng = random.Random(seed)
+    device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     curve = []
     for step in range(steps):
-        ids, labels = batch(TRAIN_TASKS[step % len(TRAIN_TASKS)], rng, batch_size, length, sym)
+        ids, labels = batch(TRAIN_TASKS[step % len(TRAIN_TASKS)], rng, batch_size, length, sym, device)
         total, loss = _loss(model, ids, labels, reg)
         opt.zero_grad()
         total.backward()
@@ -163,12 +164,13 @@ def train(model, sym: Symbols, length: int, steps: int, batch_size: int, lr: flo
 def evaluate(model, sym: Symbols, lengths, n: int, seed: int, tasks=SUITE, batch_size: int = 16):
     """Rows of (task, length, n answers, correct) with teacher forcing."""
     rows = []
+    device = next(model.parameters()).device
     for task in tasks:
         for length in lengths:
             rng = random.Random(seed * 1_000_003 + SUITE.index(task) * 10_007 + length)
             correct = total = 0
             for start in range(0, n, batch_size):
-                ids, labels = batch(task, rng, min(batch_size, n - start), length, sym)
+                ids, labels = batch(task, rng, min(batch_size, n - start), length, sym, device)
                 pred = model(ids, use_cache=False).logits[:, :-1].argmax(-1)
                 mask = labels[:, 1:] != -100
                 correct += int((pred[mask] == labels[:, 1:][mask]).sum())
