@@ -54,6 +54,7 @@ rule hla_adapt:
     output:
         curve="results/hla/adapt/{model}/curve.csv",
         table="results/hla/adapt/{model}/eval.csv",
+        longbench="results/hla/adapt/{model}/longbench.csv",
     log:
         "logs/hla_adapt/{model}.log",
     benchmark:

@@ -156,6 +156,8 @@ def test_hla_length_table(run1):
     assert set(phases) == {"before", "gdn_finetuned", "converted", "after"}
     assert phases["before"].equals(phases["converted"]) and phases["before"].equals(phases["after"])
     assert len(pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/curve.csv")) == 2
+    longbench = pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/longbench.csv")  # no local copy configured
+    assert longbench.empty and "pred" in longbench.columns
 
 
 def test_noop_rerun_does_nothing(run1):

@@ -8,8 +8,12 @@ build     an all-linear Qwen3.5-architecture model whose mixers are GDN, fixed m
           (a pretrained model is converted with models.hla.to_hla and fine-tuned with the same train)
 train     next-token training on answers only, plus HLA's regularizers
 evaluate  teacher-forced answer accuracy per task and length
+adapt     a pretrained Qwen3.5 model converted to HLA and fine-tuned, evaluated before and after, beside a
+          control fine-tuned alike with its GDN mixers (and LongBench-V2 items when given)
 """
 
+import copy
+import logging
 import random
 from dataclasses import dataclass
 
@@ -177,3 +181,38 @@ def evaluate(model, sym: Symbols, lengths, n: int, seed: int, tasks=SUITE, batch
                 total += int(mask.sum())
             rows.append({"task": task, "length": length, "answers": total, "correct": correct})
     return rows
+
+
+def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=None):
+    """Returns (suite rows per phase, fine-tuning curve, LongBench-V2 rows per phase).
+
+    Phases: before; gdn_finetuned (the control); converted (gates near 1, so it starts as the original);
+    after (HLA fine-tuned). `settings` is the config's hla section.
+    """
+    from hybridlens.experiments import longbench
+    from hybridlens.models.hla import to_hla
+
+    log = log or logging.getLogger("hybridlens")
+    a = settings["adapt"]
+    sym = Symbols.for_model(hm)
+    lengths = [a["length"] * m for m in settings["length_multipliers"]]
+    rows, lb_rows = [], []
+
+    def measure(model, phase):
+        rows.extend(r | {"phase": phase} for r in evaluate(model, sym, lengths, a["eval_n"], seed=2000))
+        if longbench_items:
+            scored = longbench.score(model, hm.tokenizer, longbench_items, max_tokens)
+            lb_rows.extend(r | {"phase": phase} for r in scored)
+            log.info("LongBench-V2 %s: %s", phase, longbench.summary(scored))
+
+    measure(hm.model, "before")
+    control = copy.deepcopy(hm.model)
+    train(control, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0)
+    measure(control, "gdn_finetuned")
+    del control
+    to_hla(hm.model, "hla", chunk=settings["chunk"], bucket=settings["bucket"], gate_bias=a["gate_bias"])
+    measure(hm.model, "converted")
+    curve = train(hm.model, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0, reg=settings["reg"])
+    measure(hm.model, "after")
+    log.info("fine-tuned %d steps at length %d", a["steps"], a["length"])
+    return rows, curve, lb_rows
