@@ -5,7 +5,6 @@ import torch
 
 from hybridlens.experiments.circuit import (
     Runner,
-    _scatter_at,
     control_group,
     identity_error,
     localize,
@@ -15,7 +14,7 @@ from hybridlens.experiments.circuit import (
     triples,
 )
 from hybridlens.interventions.hooks import Trace
-from hybridlens.interventions.patch import run
+from hybridlens.interventions.patch import run, scatter_at
 from hybridlens.tasks.retrieval import make_prompts
 
 
@@ -55,7 +54,7 @@ def test_final_write_removal_equals_a_patch_with_zeros(hm):
     sites = mixer_sites(hm.groups[0])
     idx = torch.full((len(prompts), 1), runner.ids.shape[1] - 1)
     zeros = torch.zeros(len(prompts), 1, hm.d_model)
-    logits, _, _ = runner.forward({s: _scatter_at(idx, zeros) for s in sites})
+    logits, _, _ = runner.forward({s: scatter_at(idx, zeros) for s in sites})
     reference = run(hm, runner.ids, patch={s: ([-1], zeros) for s in sites}).logits[:, -1]
     torch.testing.assert_close(logits, reference.float(), atol=1e-6, rtol=0)
 

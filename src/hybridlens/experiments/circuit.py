@@ -12,6 +12,7 @@ transplant_all the same over batches of one token length, with the control group
 summarize      rates and means with bootstrap intervals, pooled over seeds
 """
 
+import copy
 import random
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ import torch
 from hybridlens.experiments.extract import vocabulary
 from hybridlens.interventions.cache import greedy, prefill
 from hybridlens.interventions.hooks import TraceDict
-from hybridlens.interventions.patch import position_index
+from hybridlens.interventions.patch import gather, ignore_name, position_index, scatter_at
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.retrieval import (
     POSITION_SETS,
@@ -96,11 +97,11 @@ class Runner:
         for site, fn in edits.items():
             module, where = hm.module_for(site)
             modules[site] = module
-            options[site] = {"edit_input" if where == "input" else "edit_output": _named(fn)}
+            options[site] = {"edit_input" if where == "input" else "edit_output": ignore_name(fn)}
         for layer, heads in (heads_off or {}).items():
             proj, _, dim = hm.head_mixer(layer)
             modules[f"heads.{layer}"] = proj
-            options[f"heads.{layer}"] = {"edit_input": _named(_zero_heads(heads, dim))}
+            options[f"heads.{layer}"] = {"edit_input": ignore_name(_zero_heads(heads, dim))}
         for site in capture:
             module, where = hm.module_for(site)
             key = f"capture.{site}"
@@ -116,16 +117,12 @@ class Runner:
                 t = traces[f"capture.{site}"]
                 full = t.input if t.retain_input else t.output
                 full = full[0] if isinstance(full, tuple) else full
-                captured[site] = full.gather(1, idx.unsqueeze(-1).expand(-1, -1, full.shape[-1]))
+                captured[site] = gather(full, idx)
         return out.logits[:, -1].float(), attn, captured
 
     def value_logits(self, logits, entry):
         """Logit of one entry's value token per item."""
         return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
-
-
-def _named(fn):
-    return lambda t, _name: fn(t)
 
 
 def _zero_heads(heads, dim):
@@ -134,15 +131,6 @@ def _zero_heads(heads, dim):
         for h in heads:
             t[..., h * dim : (h + 1) * dim] = 0
         return t
-
-    return edit
-
-
-def _scatter_at(idx, values):
-    def edit(t):
-        out = t.clone()
-        out.scatter_(1, idx.unsqueeze(-1).expand(-1, -1, t.shape[-1]), values.to(t.dtype))
-        return out
 
     return edit
 
@@ -249,7 +237,7 @@ def _address(hm, run, reader, target_pos, attn):
         if max(group) >= reader["layer"]:
             continue
         final = position_index([-1], *run.ids.shape, run.ids.device)
-        edits = {s: _scatter_at(final, torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
+        edits = {s: scatter_at(final, torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
         _, a, _ = run.forward(edits)
         after = _attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
         evidence.append({"group": gi, "layers": "-".join(map(str, group)), "attention": after, "intact": intact})
@@ -300,34 +288,40 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
 
     logits, attn, _ = hosts.forward()
     record("none", "", "", "", logits, attn)
+    blocks = {name: gi for name, gi in blocks.items() if gi is not None}
+    sites = [s for gi in blocks.values() for s in mixer_sites(hm.groups[gi])]
+    _, host_cache = prefill(hm, hosts.ids[:, :-1])  # the state transplant edits copies of it
+    donor_runs = {"same_dict": donors, "other_dict": others, "identity": hosts}
+    # One forward per donor serves every block and position set; one prefill every state transplant.
+    captured = {
+        name: (donor.forward(capture=sites, capture_at=None)[2], prefill(hm, donor.ids[:, :-1])[1])
+        for name, donor in donor_runs.items()
+    }
     for block, gi in blocks.items():
-        if gi is None:
-            continue
-        sites = mixer_sites(hm.groups[gi])
-        for donor_name, donor in (("same_dict", donors), ("other_dict", others), ("identity", hosts)):
+        for donor_name, donor in donor_runs.items():
+            writes, donor_cache = captured[donor_name]
             for part in POSITION_SETS if donor_name == "same_dict" else ("final",):
                 host_at, donor_at = hosts.positions(part), donor.positions(part)
                 if any(len(h) != len(d) for h, d in zip(host_at, donor_at, strict=True)):
                     continue  # a position set of another length cannot be transplanted one to one
-                _, _, writes = donor.forward(capture=sites, capture_at=donor_at)
+                donor_idx = position_index(donor_at, *donor.ids.shape, donor.ids.device)
                 idx = position_index(host_at, *hosts.ids.shape, hosts.ids.device)
-                edits = {s: _scatter_at(idx, writes[s]) for s in sites}
+                edits = {s: scatter_at(idx, gather(writes[s], donor_idx)) for s in mixer_sites(hm.groups[gi])}
                 logits, attn, _ = hosts.forward(edits)
                 record("query", block, donor_name, part, logits, attn)
-            logits = _state_transplant(hm, donor, hosts, hm.groups[gi])
+            logits = _state_transplant(hm, donor_cache, host_cache, hosts.ids[:, -1:], hm.groups[gi])
             record("state", block, donor_name, "final", logits, None)
     return rows
 
 
-def _state_transplant(hm, donor: Runner, host: Runner, group):
-    """Copy the group's recurrent and conv states from donor to host just before the final token."""
-    _, d_cache = prefill(hm, donor.ids[:, :-1])
-    _, h_cache = prefill(hm, host.ids[:, :-1])
+def _state_transplant(hm, donor_cache, host_cache, final_ids, group):
+    """The host's final token after the group's recurrent and conv states were copied in from the donor."""
+    cache = copy.deepcopy(host_cache)
     for layer in group:
         for name in ("state", "conv"):
             site = f"layers.{layer}.{name}"
-            hm.write_cache(h_cache, site, hm.read_cache(d_cache, site).clone())
-    _, logits = greedy(hm, host.ids[:, -1:], 1, cache=h_cache)
+            hm.write_cache(cache, site, hm.read_cache(donor_cache, site).clone())
+    _, logits = greedy(hm, final_ids, 1, cache=cache)
     return logits.float()
 
 

@@ -1,6 +1,9 @@
 """Capture and patch write sites at chosen positions in one forward.
 
 position_index   positions (None = all, ints shared by the batch, or one list per item) -> [batch, P]
+gather           [batch, pos, d] at position indices [batch, P] -> [batch, P, d]
+scatter_at       an edit that writes values [batch, P, d] at position indices
+ignore_name      a one-argument edit as TraceDict's (tensor, name) edit
 run              forward with captures and patches at sites; hooks always come off
 """
 
@@ -27,7 +30,7 @@ def position_index(positions, batch: int, seq_len: int, device=None) -> torch.Te
     return idx.to(device)
 
 
-def _gather(t, idx):  # t [B, T, D], idx [B, P] -> [B, P, D]
+def gather(t, idx):  # t [B, T, D], idx [B, P] -> [B, P, D]
     return t.gather(1, idx.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 
 
@@ -70,8 +73,8 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
             edit = patch[site]
             if not callable(edit):
                 pos, values = edit
-                edit = _make_scatter(position_index(pos, batch, seq_len, input_ids.device), values)
-            opts["edit_input" if where == "input" else "edit_output"] = _ignore_name(edit)
+                edit = scatter_at(position_index(pos, batch, seq_len, input_ids.device), values)
+            opts["edit_input" if where == "input" else "edit_output"] = ignore_name(edit)
         options[site] = opts
     with TraceDict(modules, options) as traces:
         out = hm.model(input_ids, cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep)
@@ -79,13 +82,13 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
     for site in capture:
         trace = traces[site]
         full = trace.input if trace.retain_input else trace.output
-        captured[site] = full if positions is None else _gather(full, cap_idx)
+        captured[site] = full if positions is None else gather(full, cap_idx)
     return RunResult(out.logits, captured, cache)
 
 
-def _make_scatter(idx, values):
+def scatter_at(idx, values):
     return lambda t: _scatter(t, idx, values)
 
 
-def _ignore_name(fn):
+def ignore_name(fn):
     return lambda t, _name: fn(t)

@@ -24,7 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hybridlens.models.adapter import FAMILIES
+
 MODES = ("hla", "fixed", "gdn")
+GDN_SLOT = FAMILIES["qwen3_5"].linear  # where a Qwen3.5 decoder layer keeps its GatedDeltaNet (the adapter knows)
 
 
 def _fla_kernel():
@@ -279,10 +282,10 @@ def to_hla(model, mode: str = "hla", **kwargs):
     layers = model.model.layers
     converted = 0
     for layer in layers:
-        gdn = getattr(layer, "linear_attn", None)
+        gdn = getattr(layer, GDN_SLOT, None)
         if gdn is not None and not isinstance(gdn, HLALayer):
-            layer.linear_attn = HLALayer(HLAMixer(gdn, mode=mode, **kwargs))
+            setattr(layer, GDN_SLOT, HLALayer(HLAMixer(gdn, mode=mode, **kwargs)))
             converted += 1
     if not converted:
-        raise ValueError("to_hla: the model has no Gated DeltaNet mixers (layers[i].linear_attn) to convert")
+        raise ValueError(f"to_hla: the model has no Gated DeltaNet mixers (layers[i].{GDN_SLOT}) to convert")
     return model
