@@ -7,6 +7,7 @@ include: "rules/zoo.smk"
 include: "rules/extract.smk"
 include: "rules/split_prefill.smk"
 include: "rules/circuit.smk"
+include: "rules/scale.smk"
 include: "rules/hla.smk"
 
 

@@ -61,13 +61,19 @@ TRAINING_KEYS = [
 ]
 
 
+def toy_spec(wildcards):
+    return config["models"][wildcards.model]["source"]["toy"]
+
+
+def eval_pairs(wildcards):
+    """Held-out dictionary size: zoo.eval_pairs, or the toy's largest curriculum size if smaller."""
+    stages = toy_spec(wildcards).get("stages", config["zoo"]["stages"])
+    return min(config["zoo"]["eval_pairs"], max(stages))
+
+
 def training_params(wildcards):
     """What training a toy model depends on (not its gate or evaluation), so changing those keeps the weights."""
-    toy = {
-        k: v
-        for k, v in config["models"][wildcards.model]["source"]["toy"].items()
-        if k != "gate"
-    }
+    toy = {k: v for k, v in toy_spec(wildcards).items() if k != "gate"}
     zoo = {k: config["zoo"][k] for k in TRAINING_KEYS}
     return canonical(
         {
@@ -148,6 +154,25 @@ def circuit_tables(name):
     )
 
 
+SCALE_FIGURES = ["redirect", "removal", "chain", "groups_needed"]
+
+
+def scale_tables(name):
+    """Per-size scale outputs of one kind, smallest first."""
+    return expand("results/scale/{model}/{name}", model=config["scale"]["models"], name=name)
+
+
+def check_scale_models():
+    unknown = [m for m in config["scale"]["models"] if m not in config["models"]]
+    if unknown:
+        raise ValueError(
+            f"config scale.models: unknown names {unknown}; choose from {sorted(config['models'])}"
+        )
+
+
+check_scale_models()
+
+
 def check_adapt_models():
     """HLA replaces Gated DeltaNet mixers: only Qwen3.5-family registry entries can be adapted."""
     for name in config["hla"]["adapt_models"]:
@@ -178,6 +203,8 @@ def final_outputs():
         ]
     if selected("circuit", "models", config["models"]):
         outputs.append("results/figures/circuit.pdf")
+    if config["scale"]["models"]:
+        outputs += expand("results/figures/scale_{figure}.pdf", figure=SCALE_FIGURES)
     if config["hla"]["modes"]:
         outputs.append("results/figures/hla_length.pdf")
     if config["hla"]["adapt_models"]:

@@ -44,9 +44,8 @@ rule evaluate_toy:
     params:
         source=lambda wc: f"results/models/{wc.model}",
         zoo=canonical(config["zoo"]),
-        gate=lambda wc: config["models"][wc.model]["source"]["toy"].get(
-            "gate", config["zoo"]["gate"]
-        ),
+        gate=lambda wc: toy_spec(wc).get("gate", config["zoo"]["gate"]),
+        eval_pairs=eval_pairs,
     script:
         "../workflow_scripts/evaluate_toy.py"
 

@@ -20,12 +20,22 @@ def tokenizer():
     return build_tokenizer(2)
 
 
+@torch.no_grad()
+def audible(model):
+    """build_toy_model starts Granite's Mamba branches silent (zero norm gain: a training choice); the
+    intervention tests need every mixer to write something, so their random models get gain 1 back."""
+    for name, p in model.named_parameters():
+        if name.endswith("mamba.norm.weight"):
+            p.fill_(1.0)
+
+
 @pytest.fixture(scope="session")
 def saved_models(tmp_path_factory, tokenizer):
     """family -> directory of a random-weight model saved with save_pretrained (+ tokenizer)."""
     out = {}
     for family, spec in TINY.items():
         model = build_toy_model(family, len(tokenizer), seed=0, **spec)
+        audible(model)
         path = tmp_path_factory.mktemp(family)
         model.save_pretrained(path, safe_serialization=True)
         tokenizer.save_pretrained(path)

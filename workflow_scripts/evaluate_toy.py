@@ -11,7 +11,7 @@ with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
     zoo, gate = snakemake.params.zoo, snakemake.params.gate
     hm = load_model(snakemake.params.source)
-    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], zoo["eval_pairs"], zoo["n_languages"])
+    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], snakemake.params.eval_pairs, zoo["n_languages"])
     log.info("eval %s: %s", snakemake.wildcards.model, rows)
     check_gate(snakemake.wildcards.model, rows, gate, zoo["formats"])
     with open(snakemake.output.json, "w") as f:

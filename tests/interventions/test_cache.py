@@ -81,7 +81,8 @@ def test_emptied_channel_changes_what_its_mixer_writes(hm, condition, channel):
         with Trace(module, retain_output=True) as t:
             greedy(hm, question, 1, cache=CONDITIONS[name](hm, cache, None, None), start=context.shape[1])
         writes[name] = t.output[0] if isinstance(t.output, tuple) else t.output
-    assert (writes["full"] - writes[condition]).abs().max() > 1e-3
+    # Relative to the write's size: a random Falcon-H1 Mamba branch writes ~1e-3.
+    assert (writes["full"] - writes[condition]).abs().max() > 0.01 * writes["full"].abs().max()
 
 
 def test_neutral_variants_take_the_neutral_context_channel(hm):

@@ -7,7 +7,7 @@ from transformers import PreTrainedTokenizerFast
 from hybridlens.experiments.extract import prompt_set
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.toy import build_toy_model
-from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.retrieval import make_prompts, token_positions
 from hybridlens.tasks.vocab import KEYS, VALUES
 
 
@@ -46,3 +46,36 @@ def test_prompt_set_keeps_every_word_for_the_toy_tokenizer_and_a_subset_for_bpe(
         assert all(len(bpe(" " + w, add_special_tokens=False)["input_ids"]) == 1 for w in words)
     with pytest.raises(ValueError, match=r"single-token words .* too few for 64-pair"):
         prompt_set(hm, task | {"n_pairs": 64}, 2)
+
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_template_frames_prompts_and_spans_still_find_their_tokens(bpe, tokenizer):
+    import copy
+
+    chat = copy.deepcopy(bpe)
+    chat.chat_template = TEMPLATE
+    hm = HybridModel(build_toy_model("qwen3_5", len(chat), 32, "LLA", heads=2), chat)
+    prefix, suffix = hm.frame
+    assert prefix == "<|im_start|>user\n" and suffix == "<|im_end|>\n<|im_start|>assistant\nAnswer:"
+    (p,), _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 1, "seed": 1}, 1)  # single-token words
+    ids, offsets = hm.encode([p.text])
+    assert offsets[0][0][0] == -len(prefix) and offsets[0][-1][1] == len(p.text) + len(suffix)
+    for i, (key, value) in enumerate(p.pairs):
+        (v_pos,) = token_positions(p, offsets[0], f"value{i}")
+        assert ids[0, v_pos].item() == hm.token_id(value)
+        assert key in chat.decode(ids[0, token_positions(p, offsets[0], f"key{i}")])
+    # Template tokens belong to no span; the final position is the prefill's last token, before the answer.
+    spans = {i for name in p.spans for i in token_positions(p, offsets[0], name)}
+    n_prefix = len(chat(prefix, add_special_tokens=False)["input_ids"])
+    assert not spans & set(range(n_prefix))
+    assert token_positions(p, offsets[0], "final") == [ids.shape[1] - 1]
+    assert offsets[0][-1][0] >= len(p.text)  # the last token belongs to the prefill
+    # Without a template (the toy zoo) the prompt is the whole input.
+    toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)
+    assert toy.frame == ("", "")
+    assert toy.encode([p.text])[0][0].tolist() == tokenizer(p.text, add_special_tokens=False)["input_ids"]

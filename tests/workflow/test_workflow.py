@@ -131,6 +131,31 @@ def test_circuit_rule_fails_when_the_identity_check_fails(run1, tmp_path):
     assert before and not (cwd / "results/circuit/qwen_tiny/circuit.json").exists()
 
 
+def test_scale_tables(run1):
+    cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["scale"]
+    sizes = pd.read_csv(run1 / "results/scale/sizes.tsv", sep="\t")
+    assert list(sizes["model"]) == cfg["models"]
+    transplant = pd.read_csv(run1 / "results/scale/transplant.tsv", sep="\t")
+    profile = pd.read_csv(run1 / "results/scale/profile.tsv", sep="\t")
+    for size in sizes.itertuples():
+        rows = pd.read_csv(run1 / f"results/scale/{size.model}/items.csv.gz")
+        t = transplant[transplant["model"] == size.model].set_index("groups")
+        n_groups = len(size.groups.split())
+        assert {f"G{g}" for g in range(n_groups)} <= set(t.index)
+        assert (t["n"] == len(cfg["seeds"]) * cfg["n"]).all()
+        # Every summary row is the mean of its item rows.
+        moved = rows[rows["kind"] == "transplant"].groupby("groups")["redirect"].mean()
+        assert t["redirect"].to_dict() == pytest.approx(moved.to_dict())
+        p = profile[profile["model"] == size.model].set_index("group")
+        assert p.loc["none", "accuracy_relative"] == 1.0 and len(p) == n_groups + 1
+        # The verdict follows from the table: the smallest set at or above the threshold.
+        hits = t[(t["n_groups"] > 0) & (t["redirect"] >= cfg.get("redirect", 0.9))]
+        expected = hits["n_groups"].min() if len(hits) else None
+        assert (None if pd.isna(size.groups_needed) else size.groups_needed) == expected
+    for figure in ("redirect", "removal", "chain", "groups_needed"):
+        assert (run1 / f"results/figures/scale_{figure}.pdf").read_bytes()[:4] == b"%PDF"
+
+
 def test_hla_length_table(run1):
     cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["hla"]
     rows = pd.concat(

@@ -85,11 +85,12 @@ class Runner:
         ]
 
     @torch.no_grad()
-    def forward(self, edits=None, heads_off=None, capture=(), capture_at=None):
+    def forward(self, edits=None, heads_off=None, capture=(), capture_at=None, heads_off_final=None):
         """Final-position logits [B, V], final-position attentions {layer: [B, H, T]} and captures.
 
         edits: {site: fn(tensor [B, T, D]) -> tensor} on write sites; heads_off: {layer: [head, ...]} zeroed at
-        every position; capture: write sites recorded at `capture_at` (a position set or per-item lists).
+        every position, heads_off_final: the same at the final position only; capture: write sites recorded
+        at `capture_at` (a position set or per-item lists).
         """
         hm = self.hm
         edits = dict(edits or {})
@@ -98,10 +99,11 @@ class Runner:
             module, where = hm.module_for(site)
             modules[site] = module
             options[site] = {"edit_input" if where == "input" else "edit_output": ignore_name(fn)}
-        for layer, heads in (heads_off or {}).items():
-            proj, _, dim = hm.head_mixer(layer)
-            modules[f"heads.{layer}"] = proj
-            options[f"heads.{layer}"] = {"edit_input": ignore_name(_zero_heads(heads, dim))}
+        for final, off in ((False, heads_off), (True, heads_off_final)):
+            for layer, heads in (off or {}).items():
+                proj, _, dim = hm.head_mixer(layer)
+                modules[f"heads.{layer}.{final}"] = proj
+                options[f"heads.{layer}.{final}"] = {"edit_input": ignore_name(_zero_heads(heads, dim, final))}
         for site in capture:
             module, where = hm.module_for(site)
             key = f"capture.{site}"
@@ -125,11 +127,13 @@ class Runner:
         return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
 
 
-def _zero_heads(heads, dim):
+def _zero_heads(heads, dim, final_only=False):
+    at = slice(-1, None) if final_only else slice(None)
+
     def edit(t):
         t = t.clone()
         for h in heads:
-            t[..., h * dim : (h + 1) * dim] = 0
+            t[:, at, h * dim : (h + 1) * dim] = 0
         return t
 
     return edit

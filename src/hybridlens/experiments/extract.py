@@ -47,16 +47,16 @@ def prompt_set(hm, task: dict, n_languages: int):
 
 def batches_by_length(hm, prompts, batch_size):
     """Yield (indices, input_ids, offsets) with prompts of one token length per batch (no padding)."""
-    enc = hm.tokenizer([p.text for p in prompts], add_special_tokens=False, return_offsets_mapping=True)
+    all_ids, all_offsets = hm.tokenize([p.text for p in prompts])
     by_len = defaultdict(list)
-    for i, ids in enumerate(enc["input_ids"]):
+    for i, ids in enumerate(all_ids):
         by_len[len(ids)].append(i)
     for length in sorted(by_len):
         idx = by_len[length]
         for start in range(0, len(idx), batch_size):
             chunk = idx[start : start + batch_size]
-            ids = torch.tensor([enc["input_ids"][i] for i in chunk], device=hm.device)
-            yield chunk, ids, [enc["offset_mapping"][i] for i in chunk]
+            ids = torch.tensor([all_ids[i] for i in chunk], device=hm.device)
+            yield chunk, ids, [all_offsets[i] for i in chunk]
 
 
 @torch.no_grad()

@@ -43,6 +43,7 @@ def build_toy_model(family: str, vocab_size: int, hidden_size: int, layout: str,
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
     init_time_steps(model, seed)
     init_convolutions(model)
+    FAMILIES[family].init_toy(model)
     return model
 
 

@@ -1,0 +1,264 @@
+"""Scale sweep: where the Address computation lives as models grow.
+
+For one model: which attention heads read the target (readers), what removing each group does (removal
+profile), what the donor's final-position writes of each group, and of every pair of groups, do to the host
+(group transplant), whether a later reader still finds the target when an earlier reader is blocked at the
+final position (blocking), and the verdict: is the Address computation concentrated in one group or
+distributed over a chain of groups?
+
+readers         one reader per attention layer (its best head) whose attention to the target is high enough
+group_sets      the group sets transplanted: every group, every pair before the last reader, suffix runs
+profile_rows    per-item removal profile (accuracy, D, main reader's attention) for every group
+transplant_rows per-item final-position transplants of every group set, with every reader's attention
+blocking_rows   per-item attention of a later reader with an earlier reader blocked at the final position
+sweep           all of the above over batches of one token length
+summarize_*     means with bootstrap intervals over the items of all seeds; verdict
+"""
+
+import itertools
+
+import numpy as np
+import torch
+
+from hybridlens.experiments.circuit import Runner, _attention_to, mixer_sites
+from hybridlens.interventions.patch import gather, position_index, scatter_at
+from hybridlens.stats import bootstrap
+
+
+def readers(reader_rows, main: dict, minimum: float) -> list[dict]:
+    """The best head of each attention layer whose mean attention to the target is >= minimum, by layer.
+
+    The main reader (from localization) is always included.
+    """
+    best = {}
+    for r in reader_rows:
+        if r["layer"] not in best or r["attention_to_target"] > best[r["layer"]]["attention_to_target"]:
+            best[r["layer"]] = r
+    chosen = {
+        layer: {"layer": layer, "head": r["head"], "attention_to_target": r["attention_to_target"]}
+        for layer, r in best.items()
+        if r["attention_to_target"] >= minimum
+    }
+    chosen.setdefault(main["layer"], {"layer": main["layer"], "head": main["head"], "attention_to_target": None})
+    return [chosen[layer] for layer in sorted(chosen)]
+
+
+def group_sets(groups, reader_list) -> list[tuple[int, ...]]:
+    """Singles; pairs and suffix runs of the groups that precede the last reader (the chain candidates)."""
+    last = max(r["layer"] for r in reader_list)
+    before = [g for g, layers in enumerate(groups) if max(layers) < last]
+    sets = [(g,) for g in range(len(groups))]
+    sets += list(itertools.combinations(before, 2))
+    sets += [tuple(before[k:]) for k in range(len(before) - 2, -1, -1) if len(before) - k > 2]
+    return list(dict.fromkeys(sets))
+
+
+def set_name(gs) -> str:
+    return "+".join(f"G{g}" for g in gs)
+
+
+def _reader_attention(attn, reader_list, positions):
+    """{"r{layer}.{head}": [B]} attention of every reader at the final position to per-item positions."""
+    return {
+        f"r{r['layer']}.{r['head']}": _attention_to(attn[r["layer"]], positions)[:, r["head"]] for r in reader_list
+    }
+
+
+@torch.no_grad()
+def profile_rows(hm, hosts: Runner, items, reader_list, main):
+    """Zero each group's writes at every position; host accuracy, D(target − donor's key) and attention."""
+    b_entry, a_entry = [t.host.query for t in items], [t.donor.query for t in items]
+    b_pos = hosts.entry_positions(b_entry)
+    rows = []
+
+    def record(group, logits, attn):
+        correct = logits.argmax(-1) == hosts.value_ids.gather(1, torch.tensor(b_entry)[:, None])[:, 0]
+        d = hosts.value_logits(logits, b_entry) - hosts.value_logits(logits, a_entry)
+        att = _attention_to(attn[main["layer"]], b_pos)[:, main["head"]]
+        for i, t in enumerate(items):
+            rows.append(
+                {
+                    "seed": t.seed,
+                    "item": t.index,
+                    "group": group,
+                    "correct": int(correct[i]),
+                    "d": d[i].item(),
+                    "reader_attention": att[i].item(),
+                }
+            )
+
+    logits, attn, _ = hosts.forward()
+    record("none", logits, attn)
+    for g, layers in enumerate(hm.groups):
+        edits = {s: (lambda t: torch.zeros_like(t)) for s in mixer_sites(layers)}
+        logits, attn, _ = hosts.forward(edits)
+        record(f"G{g}", logits, attn)
+    return rows
+
+
+@torch.no_grad()
+def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list):
+    """Copy the donor's final-position writes of a group set into the host's final position."""
+    a_entry, b_entry = [t.donor.query for t in items], [t.host.query for t in items]
+    a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
+    sites = [s for layers in hm.groups for s in mixer_sites(layers)]
+    _, _, writes = donors.forward(capture=sites, capture_at=[[-1]] * len(items))
+    final = position_index([-1], *hosts.ids.shape, hosts.ids.device)
+    rows = []
+    for gs in [()] + list(sets):
+        edits = {s: scatter_at(final, writes[s]) for g in gs for s in mixer_sites(hm.groups[g])}
+        logits, attn, _ = hosts.forward(edits)
+        la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
+        top = logits.argmax(-1)
+        to_a = _reader_attention(attn, reader_list, a_pos)
+        to_b = _reader_attention(attn, reader_list, b_pos)
+        for i, t in enumerate(items):
+            row = {
+                "seed": t.seed,
+                "item": t.index,
+                "groups": set_name(gs) or "none",
+                "n_groups": len(gs),
+                "redirect": int(top[i] == hosts.value_ids[i, a_entry[i]]),
+                "d_ab": (la[i] - lb[i]).item(),
+            }
+            row.update({f"{k}_to_a": v[i].item() for k, v in to_a.items()})
+            row.update({f"{k}_to_b": v[i].item() for k, v in to_b.items()})
+            rows.append(row)
+    return rows
+
+
+@torch.no_grad()
+def blocking_rows(hm, hosts: Runner, items, reader_list):
+    """For each earlier/later reader pair: the later reader's attention to the target, earlier one blocked.
+
+    Blocking zeroes the earlier head's output (the input of its o_proj) at the final position only, so
+    the later reader loses whatever the earlier reader wrote there and keeps everything else.
+    """
+    b_entry = [t.host.query for t in items]
+    b_pos = hosts.entry_positions(b_entry)
+    _, intact, _ = hosts.forward()
+    rows = []
+    for early, late in itertools.combinations(reader_list, 2):
+        if early["layer"] == late["layer"]:
+            continue
+        _, attn, _ = hosts.forward(heads_off_final={early["layer"]: [early["head"]]})
+        before = _attention_to(intact[late["layer"]], b_pos)[:, late["head"]]
+        after = _attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
+        for i, t in enumerate(items):
+            rows.append(
+                {
+                    "seed": t.seed,
+                    "item": t.index,
+                    "blocked": f"r{early['layer']}.{early['head']}",
+                    "reader": f"r{late['layer']}.{late['head']}",
+                    "attention_intact": before[i].item(),
+                    "attention_blocked": after[i].item(),
+                }
+            )
+    return rows
+
+
+def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
+    """Profile, transplant and blocking rows over batches whose host and donor share a token length."""
+    sets = group_sets(hm.groups, reader_list)
+    by_len = {}
+    for t in items:
+        key = tuple(len(hm.encode([p.text])[0][0]) for p in (t.host, t.donor))
+        by_len.setdefault(key, []).append(t)
+    profile, transplant, blocking = [], [], []
+    for group in by_len.values():
+        for start in range(0, len(group), batch_size):
+            batch = group[start : start + batch_size]
+            hosts = Runner(hm, [t.host for t in batch], n_languages)
+            donors = Runner(hm, [t.donor for t in batch], n_languages)
+            profile += profile_rows(hm, hosts, batch, reader_list, main)
+            transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list)
+            blocking += blocking_rows(hm, hosts, batch, reader_list)
+    return profile, transplant, blocking
+
+
+# --- summaries ----------------------------------------------------------------------------------------------------
+def _mean_ci(values, n_boot):
+    values = np.asarray(values, dtype=float)
+    lo, hi = bootstrap(values, n_boot=n_boot)
+    return values.mean(), lo, hi
+
+
+def summarize_profile(rows, n_boot: int = 2000):
+    """Per group: accuracy, D and reader attention, each also relative to the intact model, with intervals."""
+    intact = [r for r in rows if r["group"] == "none"]
+    base = {k: np.mean([r[k] for r in intact]) for k in ("correct", "d", "reader_attention")}
+    out = []
+    for group in dict.fromkeys(r["group"] for r in rows):
+        rs = [r for r in rows if r["group"] == group]
+        row = {"group": group, "n": len(rs)}
+        for name, key in (("accuracy", "correct"), ("d", "d"), ("reader_attention", "reader_attention")):
+            row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _mean_ci([r[key] for r in rs], n_boot)
+            row[f"{name}_relative"] = row[name] / base[key] if base[key] else float("nan")
+        out.append(row)
+    return out
+
+
+def summarize_transplant(rows, n_boot: int = 2000):
+    """Per group set: redirect rate and D(A−B) with intervals, and every reader's mean attention to A and B."""
+    out = []
+    attn_keys = [k for k in rows[0] if k.endswith(("_to_a", "_to_b"))] if rows else []
+    for gs in dict.fromkeys(r["groups"] for r in rows):
+        rs = [r for r in rows if r["groups"] == gs]
+        row = {"groups": gs, "n_groups": rs[0]["n_groups"], "n": len(rs)}
+        row["redirect"], row["redirect_lo"], row["redirect_hi"] = _mean_ci([r["redirect"] for r in rs], n_boot)
+        row["d_ab"], row["d_ab_lo"], row["d_ab_hi"] = _mean_ci([r["d_ab"] for r in rs], n_boot)
+        row.update({k: float(np.mean([r[k] for r in rs])) for k in attn_keys})
+        out.append(row)
+    return out
+
+
+BLOCKING_COLUMNS = [
+    "blocked",
+    "reader",
+    "n",
+    "attention_intact",
+    "attention_intact_lo",
+    "attention_intact_hi",
+    "attention_blocked",
+    "attention_blocked_lo",
+    "attention_blocked_hi",
+    "retained",
+]
+
+
+def summarize_blocking(rows, n_boot: int = 2000):
+    """Per (blocked, reader): attention to the target intact and blocked, and the retained fraction."""
+    out = []
+    for key in dict.fromkeys((r["blocked"], r["reader"]) for r in rows):
+        rs = [r for r in rows if (r["blocked"], r["reader"]) == key]
+        row = {"blocked": key[0], "reader": key[1], "n": len(rs)}
+        for name in ("attention_intact", "attention_blocked"):
+            row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _mean_ci([r[name] for r in rs], n_boot)
+        row["retained"] = row["attention_blocked"] / row["attention_intact"] if row["attention_intact"] else np.nan
+        out.append(row)
+    return out
+
+
+def verdict(transplant_summary, reader_list, threshold: float) -> dict:
+    """Concentrated (one group redirects >= threshold), distributed (a set of several does) or neither."""
+    hits = [r for r in transplant_summary if r["n_groups"] > 0 and r["redirect"] >= threshold]
+    singles = [r for r in transplant_summary if r["n_groups"] == 1]
+    best_single = max(singles, key=lambda r: r["redirect"])
+    if not hits:
+        needed, kind, best = None, "not redirected", best_single
+    else:
+        best = min(hits, key=lambda r: (r["n_groups"], -r["redirect"]))
+        needed = best["n_groups"]
+        kind = "concentrated" if needed == 1 else "distributed"
+    return {
+        "verdict": kind,
+        "groups_needed": needed,
+        "threshold": threshold,
+        "best_set": best["groups"],
+        "best_set_redirect": best["redirect"],
+        "best_single": best_single["groups"],
+        "best_single_redirect": best_single["redirect"],
+        "n_readers": len(reader_list),
+        "readers": [f"r{r['layer']}.{r['head']}" for r in reader_list],
+    }

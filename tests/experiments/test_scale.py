@@ -1,0 +1,112 @@
+"""Scale sweep: group sets, readers, transplants, blocking and the verdict on tiny saved models."""
+
+import pytest
+import torch
+
+from hybridlens.experiments import scale
+from hybridlens.experiments.circuit import Runner, triples
+from hybridlens.tasks.retrieval import make_prompts
+
+
+def test_group_sets_are_singles_then_pairs_and_runs_before_the_last_reader():
+    groups = [[0, 1, 2], [4, 5, 6], [8, 9, 10], [12, 13, 14]]
+    readers = [{"layer": 7, "head": 0}, {"layer": 11, "head": 1}]
+    sets = scale.group_sets(groups, readers)
+    assert sets[:4] == [(0,), (1,), (2,), (3,)]
+    # Groups 0-2 precede the last reader (layer 11): their pairs, then the run of all three.
+    assert sets[4:] == [(0, 1), (0, 2), (1, 2), (0, 1, 2)]
+    assert scale.set_name((0, 2)) == "G0+G2"
+
+
+def test_readers_take_each_layers_best_head_above_the_minimum_and_keep_the_main_reader():
+    rows = [
+        {"layer": 3, "head": 0, "attention_to_target": 0.6},
+        {"layer": 3, "head": 1, "attention_to_target": 0.7},
+        {"layer": 7, "head": 0, "attention_to_target": 0.1},
+        {"layer": 11, "head": 2, "attention_to_target": 0.3},
+    ]
+    got = scale.readers(rows, {"layer": 3, "head": 1}, minimum=0.25)
+    assert [(r["layer"], r["head"]) for r in got] == [(3, 1), (11, 2)]
+    # A main reader below the minimum is still a reader.
+    got = scale.readers(rows, {"layer": 7, "head": 0}, minimum=0.5)
+    assert [(r["layer"], r["head"]) for r in got] == [(3, 1), (7, 0)]
+
+
+def summary(rows):
+    return [{"groups": g, "n_groups": n, "redirect": r} for g, n, r in rows]
+
+
+@pytest.mark.parametrize(
+    "rows, verdict, needed, best",
+    [
+        ([("none", 0, 0.0), ("G0", 1, 0.95), ("G1", 1, 0.1), ("G0+G1", 2, 0.97)], "concentrated", 1, "G0"),
+        ([("none", 0, 0.0), ("G0", 1, 0.5), ("G1", 1, 0.6), ("G0+G1", 2, 0.93)], "distributed", 2, "G0+G1"),
+        ([("none", 0, 0.0), ("G0", 1, 0.2), ("G1", 1, 0.3), ("G0+G1", 2, 0.5)], "not redirected", None, "G1"),
+    ],
+)
+def test_verdict(rows, verdict, needed, best):
+    got = scale.verdict(summary(rows), [{"layer": 3, "head": 0}], threshold=0.9)
+    assert (got["verdict"], got["groups_needed"], got["best_set"]) == (verdict, needed, best)
+    assert got["best_single"] == max(((g, r) for g, n, r in rows if n == 1), key=lambda x: x[1])[0]
+
+
+def test_transplant_from_the_host_itself_changes_nothing(hm):
+    items = triples(hm, 1, 6, 4, "chat", 2)
+    hosts = Runner(hm, [t.host for t in items], 2)
+    readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
+    sets = scale.group_sets(hm.groups, readers)
+    rows = scale.transplant_rows(hm, hosts, hosts, items, sets, readers)
+    by_set = {}
+    for r in rows:
+        by_set.setdefault(r["groups"], []).append(r)
+    base = by_set.pop("none")
+    assert set(by_set) == {scale.set_name(s) for s in sets}
+    for rs in by_set.values():
+        for r, b in zip(rs, base, strict=True):
+            assert r["redirect"] == b["redirect"]
+            assert r["d_ab"] == pytest.approx(b["d_ab"], abs=1e-4)
+
+
+def test_transplant_from_the_donor_moves_d(hm):
+    items = triples(hm, 1, 6, 4, "chat", 2)
+    hosts = Runner(hm, [t.host for t in items], 2)
+    donors = Runner(hm, [t.donor for t in items], 2)
+    readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
+    rows = scale.transplant_rows(hm, hosts, donors, items, [tuple(range(len(hm.groups)))], readers)
+    base = [r["d_ab"] for r in rows if r["groups"] == "none"]
+    moved = [r["d_ab"] for r in rows if r["groups"] != "none"]
+    assert max(abs(a - b) for a, b in zip(moved, base, strict=True)) > 1e-3
+    assert {f"r{readers[0]['layer']}.0_to_a", f"r{readers[0]['layer']}.0_to_b"} <= set(rows[0])
+
+
+def test_blocking_at_the_final_position_only(hm):
+    """The last attention layer's final-position output is all the logits see of it, so blocking a head there
+    equals blocking it everywhere; in an earlier attention layer the two differ (later layers read it)."""
+    runner = Runner(hm, make_prompts(3, 4, 4, "chat", 2), 2)
+    layers = hm.attention_layers()
+    last = layers[-1]
+    everywhere, _, _ = runner.forward(heads_off={last: [0]})
+    final, _, _ = runner.forward(heads_off_final={last: [0]})
+    torch.testing.assert_close(final, everywhere, atol=1e-5, rtol=0)
+    intact, _, _ = runner.forward()
+    assert (final - intact).abs().max() > 1e-4
+    if len(layers) > 1 and hm.kinds[layers[0]] == "attention":
+        everywhere, _, _ = runner.forward(heads_off={layers[0]: [0]})
+        final, _, _ = runner.forward(heads_off_final={layers[0]: [0]})
+        assert (final - everywhere).abs().max() > 1e-4
+
+
+def test_blocking_rows_pair_every_earlier_reader_with_every_later_one(hm):
+    layers = hm.attention_layers()
+    if len(layers) < 2:
+        pytest.skip("one attention layer: no chain")
+    items = triples(hm, 2, 4, 4, "chat", 2)
+    hosts = Runner(hm, [t.host for t in items], 2)
+    readers = [{"layer": layer, "head": 0} for layer in layers]
+    rows = scale.blocking_rows(hm, hosts, items, readers)
+    pairs = {(r["blocked"], r["reader"]) for r in rows}
+    assert pairs == {(f"r{a}.0", f"r{b}.0") for i, a in enumerate(layers) for b in layers[i + 1 :]}
+    summary = scale.summarize_blocking(rows)
+    assert set(summary[0]) == set(scale.BLOCKING_COLUMNS)
+    for s in summary:
+        assert s["attention_intact_lo"] <= s["attention_intact"] <= s["attention_intact_hi"]

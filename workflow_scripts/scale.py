@@ -1,0 +1,46 @@
+# Scale sweep on one model: readers, removal profile, group transplants, blocking, verdict (rule scale).
+import json
+
+import pandas as pd
+import torch
+
+from hybridlens.experiments import scale
+from hybridlens.experiments.circuit import localize, triples
+from hybridlens.experiments.extract import prompt_set
+from hybridlens.models.adapter import load_model
+from hybridlens.runlog import script_log
+
+with script_log(snakemake.log[0]) as log:
+    torch.set_num_threads(snakemake.threads)
+    s, n_languages = snakemake.params.settings, snakemake.params.n_languages
+    hm = load_model(**snakemake.params.model)
+    reference = {"seed": s["localize_seed"], "n": s["localize_n"], "n_pairs": s["n_pairs"], "format": s["format"]}
+    prompts, _ = prompt_set(hm, reference, n_languages)
+    circuit, _, reader_rows = localize(hm, prompts, n_languages)
+    main = circuit["reader"]
+    readers = scale.readers(reader_rows, main, s["reader_min"])
+    log.info("groups %s, readers %s", hm.groups, readers)
+    items = [t for seed in s["seeds"] for t in triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)]
+    profile, transplant, blocking = scale.sweep(hm, items, readers, main, n_languages, s["batch_size"])
+    transplant_summary = scale.summarize_transplant(transplant)
+    summary = {
+        "parameters": sum(p.numel() for p in hm.model.parameters()),
+        "layers": hm.n_layers,
+        "hidden_size": hm.d_model,
+        "groups": hm.groups,
+        "main_reader": f"r{main['layer']}.{main['head']}",
+        "intact_accuracy": circuit["intact"]["accuracy"],
+        "reader_attention": {f"r{r['layer']}.{r['head']}": r["attention_to_target"] for r in readers},
+        **scale.verdict(transplant_summary, readers, s["redirect"]),
+    }
+    log.info("verdict %s", summary)
+    pd.DataFrame(scale.summarize_profile(profile)).to_csv(snakemake.output.profile, index=False)
+    pd.DataFrame(transplant_summary).to_csv(snakemake.output.transplant, index=False)
+    pd.DataFrame(scale.summarize_blocking(blocking), columns=scale.BLOCKING_COLUMNS).to_csv(
+        snakemake.output.blocking, index=False
+    )
+    pd.concat(
+        [pd.DataFrame(profile).assign(kind="removal"), pd.DataFrame(transplant).assign(kind="transplant")]
+    ).to_csv(snakemake.output.rows, index=False)
+    with open(snakemake.output.summary, "w") as f:
+        json.dump(summary, f, indent=1)

@@ -1,0 +1,28 @@
+# Scale tables across sizes, smallest first (rule scale_tables).
+import json
+
+import pandas as pd
+
+from hybridlens.runlog import script_log
+
+
+def read(path, model):
+    try:
+        return pd.read_csv(path).assign(model=model)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame({"model": []})
+
+
+with script_log(snakemake.log[0]):
+    models, out = snakemake.params.models, snakemake.output
+    sizes = []
+    for m, f in zip(models, snakemake.input.summary, strict=True):
+        with open(f) as fh:
+            s = json.load(fh)
+        sizes.append({"model": m, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))}})
+        sizes[-1]["readers"] = " ".join(s["readers"])
+        sizes[-1]["groups"] = " ".join("-".join(map(str, g)) for g in s["groups"])
+    pd.DataFrame(sizes).to_csv(out.sizes, sep="\t", index=False)
+    for kind in ("profile", "transplant", "blocking"):
+        frames = [read(f, m) for m, f in zip(models, snakemake.input[kind], strict=True)]
+        pd.concat(frames).to_csv(out[kind], sep="\t", index=False)
