@@ -76,7 +76,10 @@ def main():
     hm = HybridModel(model.eval(), build_tokenizer(2), "Qwen3.5-0.8B dimensions, random weights")
     params = sum(p.numel() for p in model.parameters())
     after_load = peak_mb()
-    print(f"built {params / 1e9:.3f} B parameters in {time.perf_counter() - t:.1f} s; RSS peak +{after_load - base:.0f} MB")
+    print(
+        f"built {params / 1e9:.3f} B parameters in {time.perf_counter() - t:.1f} s; "
+        f"RSS peak +{after_load - base:.0f} MB"
+    )
 
     items = triples(hm, 1, args.prompts, args.pairs, "chat", 2)
     prompts = [t.host for t in items]
@@ -102,7 +105,9 @@ def main():
 
     act_mb = max(after_extract, after_transplant) - after_load
     per_prompt = act_mb / args.prompts
-    print(f"prompts of {tokens} tokens ({args.pairs} pairs), batch {args.prompts}, {args.threads} threads, {args.dtype}")
+    print(
+        f"prompts of {tokens} tokens ({args.pairs} pairs), batch {args.prompts}, {args.threads} threads, {args.dtype}"
+    )
     print(f"extraction (3 sites x {hm.n_layers} layers, final position): {extract_s:.2f} s per prompt")
     print(f"group transplant: {transplant_s:.2f} s per prompt and group set ({len(sets)} sets + intact)")
     print(f"peak memory above the weights: {act_mb:.0f} MB for the batch, {per_prompt:.1f} MB per prompt")

@@ -159,7 +159,9 @@ SCALE_FIGURES = ["redirect", "removal", "chain", "groups_needed"]
 
 def scale_tables(name):
     """Per-size scale outputs of one kind, smallest first."""
-    return expand("results/scale/{model}/{name}", model=config["scale"]["models"], name=name)
+    return expand(
+        "results/scale/{model}/{name}", model=config["scale"]["models"], name=name
+    )
 
 
 def check_scale_models():

@@ -24,9 +24,7 @@ rule scale:
         gpu=res("gpus", 0),
     params:
         model=model_params,
-        settings=canonical(
-            {k: v for k, v in config["scale"].items() if k != "models"}
-        ),
+        settings=canonical({k: v for k, v in config["scale"].items() if k != "models"}),
         n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/scale.py"
@@ -63,10 +61,10 @@ rule plot_scale:
         pdf=report("results/figures/scale_{figure}.pdf", category="Scale sweep"),
     log:
         "logs/plot_scale/{figure}.log",
+    wildcard_constraints:
+        figure="|".join(SCALE_FIGURES),
     conda:
         "../environment.yml"
     threads: 1
-    wildcard_constraints:
-        figure="|".join(SCALE_FIGURES),
     script:
         "../workflow_scripts/plot_scale.py"

@@ -12,6 +12,8 @@ rule train_toy:
         "logs/train_toy/{model}.log",
     benchmark:
         "benchmarks/train_toy/{model}.tsv"
+    # Training gates every experiment on its model: start it before the independent HLA jobs.
+    priority: 10
     conda:
         "../environment.yml"
     threads: 1

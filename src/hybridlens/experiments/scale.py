@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from hybridlens.experiments.circuit import Runner, _attention_to, mixer_sites
-from hybridlens.interventions.patch import gather, position_index, scatter_at
+from hybridlens.interventions.patch import position_index, scatter_at
 from hybridlens.stats import bootstrap
 
 
@@ -59,9 +59,7 @@ def set_name(gs) -> str:
 
 def _reader_attention(attn, reader_list, positions):
     """{"r{layer}.{head}": [B]} attention of every reader at the final position to per-item positions."""
-    return {
-        f"r{r['layer']}.{r['head']}": _attention_to(attn[r["layer"]], positions)[:, r["head"]] for r in reader_list
-    }
+    return {f"r{r['layer']}.{r['head']}": _attention_to(attn[r["layer"]], positions)[:, r["head"]] for r in reader_list}
 
 
 @torch.no_grad()

@@ -342,7 +342,9 @@ class HybridModel:
         """(input ids, offsets) per prompt in its frame; offsets index the prompt's own text, so template
         tokens fall outside every span (negative before it, past its end after it)."""
         prefix, suffix = self.frame
-        enc = self.tokenizer([prefix + t + suffix for t in texts], add_special_tokens=False, return_offsets_mapping=True)
+        enc = self.tokenizer(
+            [prefix + t + suffix for t in texts], add_special_tokens=False, return_offsets_mapping=True
+        )
         shift = len(prefix)
         offsets = [[(a - shift, b - shift) for a, b in off] for off in enc["offset_mapping"]]
         return enc["input_ids"], offsets

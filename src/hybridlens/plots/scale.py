@@ -91,8 +91,12 @@ def chain(tables, path):
     if len(b):
         yb = np.arange(len(b))
         ax.barh(yb - 0.2, b["attention_intact"], 0.4, color="#999999", label="intact")
-        err = np.vstack([b["attention_blocked"] - b["attention_blocked_lo"], b["attention_blocked_hi"] - b["attention_blocked"]])
-        ax.barh(yb + 0.2, b["attention_blocked"], 0.4, xerr=err, color="#c0392b", capsize=2, label="earlier reader blocked")
+        err = np.vstack(
+            [b["attention_blocked"] - b["attention_blocked_lo"], b["attention_blocked_hi"] - b["attention_blocked"]]
+        )
+        ax.barh(
+            yb + 0.2, b["attention_blocked"], 0.4, xerr=err, color="#c0392b", capsize=2, label="earlier reader blocked"
+        )
         ax.set_yticks(yb, [f"{r.reader}\n({r.blocked} blocked)" for r in b.itertuples()], fontsize=7)
         ax.invert_yaxis()
         ax.legend(fontsize=6)
