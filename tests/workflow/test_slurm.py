@@ -86,6 +86,7 @@ def test_rerun_resumes_without_redoing_finished_jobs(slurm_runs):
     # Only qwen_tiny's model jobs (killed the first time) and what reads their tables.
     redone = {"extract_activations", "plot_logit_lens", "split_prefill", "plot_split_retention", "plot_state_swap"}
     redone |= {"split_prefill_samples", "circuit", "plot_circuit", "hla_adapt", "plot_hla_adapt", "all"}
+    redone |= {"scale", "scale_tables", "plot_scale"}
     assert rules_run(second) == redone
     assert trained and trained == {p: p.stat().st_mtime_ns for p in trained}
 

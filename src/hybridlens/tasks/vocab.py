@@ -10,7 +10,7 @@ import random
 KEYS = """
 garlic tomato grape apple lemon onion carrot pepper melon peach plum cherry olive bean rice
 wheat horse tiger eagle whale snake mouse rabbit zebra camel otter llama panda shark raven moose
-lizard chair stool spoon knife brush candle mirror basket ladder bucket hammer pillow blanket
+lizard chair table spoon knife brush candle mirror basket ladder bucket hammer pillow blanket
 window door violin drum flute guitar piano trumpet harp banjo kettle teapot lantern compass
 anchor saddle barrel
 """.split()
