@@ -9,7 +9,6 @@ extrapolated from the parameter count in their name only (weights), and their ro
 """
 
 import argparse
-import resource
 import time
 
 import torch
@@ -46,8 +45,19 @@ SIZES = {
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def rss_mb(field="VmRSS"):
+    """Current (VmRSS) or peak (VmHWM) resident memory of this process."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak():
+    """Linux: writing 5 to clear_refs resets VmHWM, so the next peak is this phase's own."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def cache_mb(hidden, layers, kv_heads, gdn_heads, tokens, dtype_bytes):
@@ -70,25 +80,26 @@ def main():
 
     layer_types = (["linear_attention"] * 3 + ["full_attention"]) * 6
     config = Qwen3_5TextConfig(**QWEN35_08B, layer_types=layer_types, pad_token_id=0, eos_token_id=2)
-    base = peak_mb()
+    base = rss_mb()
     t = time.perf_counter()
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, args.dtype), attn_implementation="eager")
     hm = HybridModel(model.eval(), build_tokenizer(2), "Qwen3.5-0.8B dimensions, random weights")
     params = sum(p.numel() for p in model.parameters())
-    after_load = peak_mb()
+    after_load = rss_mb()
     print(
         f"built {params / 1e9:.3f} B parameters in {time.perf_counter() - t:.1f} s; "
-        f"RSS peak +{after_load - base:.0f} MB"
+        f"resident +{after_load - base:.0f} MB"
     )
 
     items = triples(hm, 1, args.prompts, args.pairs, "chat", 2)
     prompts = [t.host for t in items]
     tokens = hm.encode([prompts[0].text])[0].shape[1]
     sites = [f"layers.{i}.{s}" for i in range(hm.n_layers) for s in ("resid_pre", "mixer_out", "layer_out")]
+    reset_peak()
     t = time.perf_counter()
     extract(hm, prompts, sites, "final", batch_size=args.prompts)
     extract_s = (time.perf_counter() - t) / args.prompts
-    after_extract = peak_mb()
+    extract_mb = rss_mb("VmHWM") - after_load
 
     same = {}
     for x in items:
@@ -97,20 +108,22 @@ def main():
     hosts = Runner(hm, [x.host for x in batch], 2)
     donors = Runner(hm, [x.donor for x in batch], 2)
     readers = [{"layer": hm.attention_layers()[0], "head": 0}]
-    sets = scale.group_sets(hm.groups, readers)
+    sets = scale.group_sets(hm.groups, max(hm.attention_layers()))
+    reset_peak()
     t = time.perf_counter()
     scale.transplant_rows(hm, hosts, donors, batch, sets, readers)
     transplant_s = (time.perf_counter() - t) / len(batch) / (len(sets) + 1)
-    after_transplant = peak_mb()
+    transplant_mb = rss_mb("VmHWM") - after_load
 
-    act_mb = max(after_extract, after_transplant) - after_load
+    act_mb = max(extract_mb, transplant_mb * args.prompts / len(batch))
     per_prompt = act_mb / args.prompts
     print(
         f"prompts of {tokens} tokens ({args.pairs} pairs), batch {args.prompts}, {args.threads} threads, {args.dtype}"
     )
     print(f"extraction (3 sites x {hm.n_layers} layers, final position): {extract_s:.2f} s per prompt")
     print(f"group transplant: {transplant_s:.2f} s per prompt and group set ({len(sets)} sets + intact)")
-    print(f"peak memory above the weights: {act_mb:.0f} MB for the batch, {per_prompt:.1f} MB per prompt")
+    print(f"peak memory above the weights: extraction {extract_mb:.0f} MB for {args.prompts} prompts, ", end="")
+    print(f"transplant {transplant_mb:.0f} MB for {len(batch)}; {per_prompt:.1f} MB per prompt")
     print()
     b = BYTES[args.dtype]
     print(f"| model | weights ({args.dtype}) | activations, batch 16 | caches, batch 16 x {tokens} tokens | total |")

@@ -8,12 +8,11 @@ from hybridlens.experiments.circuit import Runner, triples
 from hybridlens.tasks.retrieval import make_prompts
 
 
-def test_group_sets_are_singles_then_pairs_and_runs_before_the_last_reader():
+def test_group_sets_are_singles_then_pairs_and_runs_before_the_last_attention_layer():
     groups = [[0, 1, 2], [4, 5, 6], [8, 9, 10], [12, 13, 14]]
-    readers = [{"layer": 7, "head": 0}, {"layer": 11, "head": 1}]
-    sets = scale.group_sets(groups, readers)
+    sets = scale.group_sets(groups, 11)
     assert sets[:4] == [(0,), (1,), (2,), (3,)]
-    # Groups 0-2 precede the last reader (layer 11): their pairs, then the run of all three.
+    # Groups 0-2 precede the last attention layer (11): their pairs, then the run of all three.
     assert sets[4:] == [(0, 1), (0, 2), (1, 2), (0, 1, 2)]
     assert scale.set_name((0, 2)) == "G0+G2"
 
@@ -54,7 +53,7 @@ def test_transplant_from_the_host_itself_changes_nothing(hm):
     items = triples(hm, 1, 6, 4, "chat", 2)
     hosts = Runner(hm, [t.host for t in items], 2)
     readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
-    sets = scale.group_sets(hm.groups, readers)
+    sets = scale.group_sets(hm.groups, max(hm.attention_layers()))
     rows = scale.transplant_rows(hm, hosts, hosts, items, sets, readers)
     by_set = {}
     for r in rows:

@@ -7,7 +7,7 @@ final position (blocking), and the verdict: is the Address computation concentra
 distributed over a chain of groups?
 
 readers         one reader per attention layer (its best head) whose attention to the target is high enough
-group_sets      the group sets transplanted: every group, every pair before the last reader, suffix runs
+group_sets      the group sets transplanted: every group; pairs and runs before the last attention layer
 profile_rows    per-item removal profile (accuracy, D, main reader's attention) for every group
 transplant_rows per-item final-position transplants of every group set, with every reader's attention
 blocking_rows   per-item attention of a later reader with an earlier reader blocked at the final position
@@ -43,10 +43,9 @@ def readers(reader_rows, main: dict, minimum: float) -> list[dict]:
     return [chosen[layer] for layer in sorted(chosen)]
 
 
-def group_sets(groups, reader_list) -> list[tuple[int, ...]]:
-    """Singles; pairs and suffix runs of the groups that precede the last reader (the chain candidates)."""
-    last = max(r["layer"] for r in reader_list)
-    before = [g for g, layers in enumerate(groups) if max(layers) < last]
+def group_sets(groups, last_attention: int) -> list[tuple[int, ...]]:
+    """Singles; pairs and suffix runs of the groups before the last attention layer (the chain candidates)."""
+    before = [g for g, layers in enumerate(groups) if max(layers) < last_attention]
     sets = [(g,) for g in range(len(groups))]
     sets += list(itertools.combinations(before, 2))
     sets += [tuple(before[k:]) for k in range(len(before) - 2, -1, -1) if len(before) - k > 2]
@@ -158,7 +157,7 @@ def blocking_rows(hm, hosts: Runner, items, reader_list):
 
 def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
     """Profile, transplant and blocking rows over batches whose host and donor share a token length."""
-    sets = group_sets(hm.groups, reader_list)
+    sets = group_sets(hm.groups, max(hm.attention_layers()))
     by_len = {}
     for t in items:
         key = tuple(len(hm.encode([p.text])[0][0]) for p in (t.host, t.donor))

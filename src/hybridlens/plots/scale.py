@@ -70,7 +70,7 @@ def removal(tables, path):
 
 def chain(tables, path):
     sizes = tables["sizes"]
-    largest = sizes.sort_values("parameters")["model"].iloc[-1]
+    largest = sizes["model"].iloc[-1]  # scale.models lists the sizes smallest first
     t = tables["transplant"][tables["transplant"]["model"] == largest]
     t = t[t["n_groups"] > 0].dropna(axis=1, how="all")
     b = tables["blocking"][tables["blocking"]["model"] == largest]
