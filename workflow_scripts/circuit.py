@@ -4,8 +4,7 @@ import json
 import pandas as pd
 import torch
 
-from hybridlens.experiments.circuit import identity_error, localize, summarize, transplant_all, triples
-from hybridlens.experiments.extract import prompt_set
+from hybridlens.experiments.circuit import identity_error, localize_reference, summarize, transplant_all, triples
 from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 
@@ -13,9 +12,7 @@ with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
     hm = load_model(**snakemake.params.model)
-    reference = {"seed": s["localize_seed"], "n": s["localize_n"], "n_pairs": s["n_pairs"], "format": s["format"]}
-    prompts, _ = prompt_set(hm, reference, n_languages)
-    circuit, ablation, readers = localize(hm, prompts, n_languages)
+    circuit, ablation, readers = localize_reference(hm, s, n_languages)
     log.info(
         "encode %s, address %s, reader %s", circuit["encode"]["layers"], circuit["address"]["layers"], circuit["reader"]
     )

@@ -5,8 +5,7 @@ import pandas as pd
 import torch
 
 from hybridlens.experiments import scale
-from hybridlens.experiments.circuit import localize, triples
-from hybridlens.experiments.extract import prompt_set
+from hybridlens.experiments.circuit import localize_reference, triples
 from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 
@@ -14,9 +13,7 @@ with script_log(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
     hm = load_model(**snakemake.params.model)
-    reference = {"seed": s["localize_seed"], "n": s["localize_n"], "n_pairs": s["n_pairs"], "format": s["format"]}
-    prompts, _ = prompt_set(hm, reference, n_languages)
-    circuit, _, reader_rows = localize(hm, prompts, n_languages)
+    circuit, _, reader_rows = localize_reference(hm, s, n_languages)
     main = circuit["reader"]
     readers = scale.readers(reader_rows, main, s["reader_min"])
     log.info("groups %s, readers %s", hm.groups, readers)

@@ -7,6 +7,7 @@ so a transplant from it redirects only if what moves is the *identity* of A, not
 triples        seeded item triples
 Runner         batched forwards with ablations, patches, head ablations and final-position attentions
 localize       group ablation (zero / mean), reader search, Encode and Address blocks, with evidence
+localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
 transplant_all the same over batches of one token length, with the control group chosen
 summarize      rates and means with bootstrap intervals, pooled over seeds
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridlens.experiments.extract import vocabulary
+from hybridlens.experiments.extract import prompt_set, vocabulary
 from hybridlens.interventions.cache import greedy, prefill
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.interventions.patch import gather, ignore_name, position_index, scatter_at
@@ -139,7 +140,7 @@ def _zero_heads(heads, dim, final_only=False):
     return edit
 
 
-def _attention_to(attn, positions):
+def attention_to(attn, positions):
     """attn [B, H, T] -> [B, H] summed over per-item positions."""
     mask = torch.zeros(attn.shape[0], attn.shape[-1], device=attn.device)
     for b, pos in enumerate(positions):
@@ -152,6 +153,14 @@ def mixer_sites(group):
 
 
 # --- localization ----------------------------------------------------------------------------------------------
+def localize_reference(hm, settings: dict, n_languages: int):
+    """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n)."""
+    reference = {k: settings[k] for k in ("n_pairs", "format")}
+    reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
+    prompts, _ = prompt_set(hm, reference, n_languages)
+    return localize(hm, prompts, n_languages)
+
+
 def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int = 0):
     """Group ablations, reader ranking and the Encode / Address choice, with every number behind it."""
     run = Runner(hm, prompts, n_languages)
@@ -182,7 +191,7 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
 
     readers = []
     for layer in hm.attention_layers():
-        to_target = _attention_to(attn[layer], target_pos)  # [B, H]
+        to_target = attention_to(attn[layer], target_pos)  # [B, H]
         _, n_heads, _ = hm.head_mixer(layer)
         for h in range(n_heads):
             _, d = measure(run.forward(heads_off={layer: [h]})[0])
@@ -235,7 +244,7 @@ def _first_collapse(ablation, intact):
 
 def _address(hm, run, reader, target_pos, attn):
     """The group right before the reader whose final-position write, removed, collapses the reader's attention."""
-    intact = _attention_to(attn[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
+    intact = attention_to(attn[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
     evidence = []
     for gi, group in enumerate(hm.groups):
         if max(group) >= reader["layer"]:
@@ -243,7 +252,7 @@ def _address(hm, run, reader, target_pos, attn):
         final = position_index([-1], *run.ids.shape, run.ids.device)
         edits = {s: scatter_at(final, torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
         _, a, _ = run.forward(edits)
-        after = _attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
+        after = attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
         evidence.append({"group": gi, "layers": "-".join(map(str, group)), "attention": after, "intact": intact})
     if not evidence:
         return {"group": None, "layers": "", "collapses": False, "evidence": []}
@@ -271,8 +280,8 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
     def record(kind, block, donor, positions, logits, attn):
         la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
         top = logits.argmax(-1)
-        ra = _attention_to(attn[reader["layer"]], a_pos)[:, reader["head"]] if attn else torch.full_like(la, np.nan)
-        rb = _attention_to(attn[reader["layer"]], b_pos)[:, reader["head"]] if attn else torch.full_like(la, np.nan)
+        ra = attention_to(attn[reader["layer"]], a_pos)[:, reader["head"]] if attn else torch.full_like(la, np.nan)
+        rb = attention_to(attn[reader["layer"]], b_pos)[:, reader["head"]] if attn else torch.full_like(la, np.nan)
         for i, t in enumerate(items):
             rows.append(
                 {

@@ -20,7 +20,7 @@ import itertools
 import numpy as np
 import torch
 
-from hybridlens.experiments.circuit import Runner, _attention_to, mixer_sites
+from hybridlens.experiments.circuit import Runner, attention_to, mixer_sites
 from hybridlens.interventions.patch import position_index, scatter_at
 from hybridlens.stats import bootstrap
 
@@ -58,12 +58,15 @@ def set_name(gs) -> str:
 
 def _reader_attention(attn, reader_list, positions):
     """{"r{layer}.{head}": [B]} attention of every reader at the final position to per-item positions."""
-    return {f"r{r['layer']}.{r['head']}": _attention_to(attn[r["layer"]], positions)[:, r["head"]] for r in reader_list}
+    return {f"r{r['layer']}.{r['head']}": attention_to(attn[r["layer"]], positions)[:, r["head"]] for r in reader_list}
 
 
 @torch.no_grad()
-def profile_rows(hm, hosts: Runner, items, reader_list, main):
-    """Zero each group's writes at every position; host accuracy, D(target − donor's key) and attention."""
+def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
+    """Zero each group's writes at every position; host accuracy, D(target − donor's key) and attention.
+
+    intact: the hosts' unedited forward, if the caller has it (sweep shares one per batch).
+    """
     b_entry, a_entry = [t.host.query for t in items], [t.donor.query for t in items]
     b_pos = hosts.entry_positions(b_entry)
     rows = []
@@ -71,7 +74,7 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main):
     def record(group, logits, attn):
         correct = logits.argmax(-1) == hosts.value_ids.gather(1, torch.tensor(b_entry)[:, None])[:, 0]
         d = hosts.value_logits(logits, b_entry) - hosts.value_logits(logits, a_entry)
-        att = _attention_to(attn[main["layer"]], b_pos)[:, main["head"]]
+        att = attention_to(attn[main["layer"]], b_pos)[:, main["head"]]
         for i, t in enumerate(items):
             rows.append(
                 {
@@ -84,7 +87,7 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main):
                 }
             )
 
-    logits, attn, _ = hosts.forward()
+    logits, attn, _ = intact or hosts.forward()
     record("none", logits, attn)
     for g, layers in enumerate(hm.groups):
         edits = {s: (lambda t: torch.zeros_like(t)) for s in mixer_sites(layers)}
@@ -94,8 +97,8 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main):
 
 
 @torch.no_grad()
-def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list):
-    """Copy the donor's final-position writes of a group set into the host's final position."""
+def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list, intact=None):
+    """Copy the donor's final-position writes of a group set into the host's final position (none: intact)."""
     a_entry, b_entry = [t.donor.query for t in items], [t.host.query for t in items]
     a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
     sites = [s for layers in hm.groups for s in mixer_sites(layers)]
@@ -104,7 +107,7 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list)
     rows = []
     for gs in [()] + list(sets):
         edits = {s: scatter_at(final, writes[s]) for g in gs for s in mixer_sites(hm.groups[g])}
-        logits, attn, _ = hosts.forward(edits)
+        logits, attn, _ = intact if not gs and intact else hosts.forward(edits)
         la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
         top = logits.argmax(-1)
         to_a = _reader_attention(attn, reader_list, a_pos)
@@ -125,7 +128,7 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list)
 
 
 @torch.no_grad()
-def blocking_rows(hm, hosts: Runner, items, reader_list):
+def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     """For each earlier/later reader pair: the later reader's attention to the target, earlier one blocked.
 
     Blocking zeroes the earlier head's output (the input of its o_proj) at the final position only, so
@@ -133,14 +136,14 @@ def blocking_rows(hm, hosts: Runner, items, reader_list):
     """
     b_entry = [t.host.query for t in items]
     b_pos = hosts.entry_positions(b_entry)
-    _, intact, _ = hosts.forward()
+    _, intact_attn, _ = intact or hosts.forward()
     rows = []
     for early, late in itertools.combinations(reader_list, 2):
         if early["layer"] == late["layer"]:
             continue
         _, attn, _ = hosts.forward(heads_off_final={early["layer"]: [early["head"]]})
-        before = _attention_to(intact[late["layer"]], b_pos)[:, late["head"]]
-        after = _attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
+        before = attention_to(intact_attn[late["layer"]], b_pos)[:, late["head"]]
+        after = attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
         for i, t in enumerate(items):
             rows.append(
                 {
@@ -168,9 +171,10 @@ def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
             batch = group[start : start + batch_size]
             hosts = Runner(hm, [t.host for t in batch], n_languages)
             donors = Runner(hm, [t.donor for t in batch], n_languages)
-            profile += profile_rows(hm, hosts, batch, reader_list, main)
-            transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list)
-            blocking += blocking_rows(hm, hosts, batch, reader_list)
+            intact = hosts.forward()  # one unedited forward serves all three
+            profile += profile_rows(hm, hosts, batch, reader_list, main, intact)
+            transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list, intact)
+            blocking += blocking_rows(hm, hosts, batch, reader_list, intact)
     return profile, transplant, blocking
 
 
