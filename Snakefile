@@ -8,6 +8,7 @@ include: "rules/extract.smk"
 include: "rules/split_prefill.smk"
 include: "rules/circuit.smk"
 include: "rules/scale.smk"
+include: "rules/stitch.smk"
 include: "rules/hla.smk"
 
 

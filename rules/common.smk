@@ -1,5 +1,6 @@
 # Validation, wildcard constraints, input functions and the final-output list.
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.utils import validate
 
@@ -18,6 +19,9 @@ validate(config, "../config/schema.yaml")
 
 wildcard_constraints:
     model="|".join(config["models"]),
+    a="|".join(config["models"]),
+    b="|".join(config["models"]),
+    receiver="|".join(config["models"]),
     mode="gdn|fixed|hla",
     seed=r"\d+",
     task="[A-Za-z0-9_]+",
@@ -188,6 +192,60 @@ def check_adapt_models():
 check_adapt_models()
 
 
+def stitch_pairs():
+    """Pairs of config stitch.pairs as "a--b" directory names, after checking them."""
+    names = []
+    for pair in config["stitch"]["pairs"]:
+        unknown = [m for m in pair if m not in config["models"]]
+        if unknown or len(set(pair)) != 2:
+            raise ValueError(
+                f"config stitch.pairs: {pair} must be two different registry names"
+                + (
+                    f"; unknown {unknown}, choose from {sorted(config['models'])}"
+                    if unknown
+                    else ""
+                )
+            )
+        names.append("--".join(pair))
+    return names
+
+
+stitch_pairs()
+
+
+def stitch_inputs(wildcards):
+    """Both models (trained and gated, if toys) and their circuits (Encode and Address blocks)."""
+    out = {}
+    for side in ("a", "b"):
+        model = getattr(wildcards, side)
+        out[f"model_{side}"] = model_input(SimpleNamespace(model=model))
+        out[f"circuit_{side}"] = f"results/circuit/{model}/circuit.json"
+    return out
+
+
+def pair_params(wildcards):
+    return {
+        side: model_params(SimpleNamespace(model=getattr(wildcards, side)))
+        for side in ("a", "b")
+    }
+
+
+def pair_res(key, default):
+    """A resource for a job that holds both models of a pair: host memory adds up; GPUs, time and cores
+    are the larger request (both models load on the device their entries name)."""
+    combine = sum if key == "mem_mb" else max
+    return lambda wildcards: combine(
+        config["models"][getattr(wildcards, side)]
+        .get("resources", {})
+        .get(key, default)
+        for side in ("a", "b")
+    )
+
+
+def stitch_settings():
+    return canonical({k: v for k, v in config["stitch"].items() if k != "pairs"})
+
+
 def final_outputs():
     outputs = []
     if toy_models():
@@ -207,6 +265,7 @@ def final_outputs():
         outputs.append("results/figures/circuit.pdf")
     if config["scale"]["models"]:
         outputs += expand("results/figures/scale_{figure}.pdf", figure=SCALE_FIGURES)
+    outputs += [f"results/figures/stitch_{pair}.pdf" for pair in stitch_pairs()]
     if config["hla"]["modes"]:
         outputs.append("results/figures/hla_length.pdf")
     if config["hla"]["adapt_models"]:

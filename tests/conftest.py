@@ -2,9 +2,12 @@
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
 
 from hybridlens.models.adapter import load_model
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.retrieval import make_prompts
 
 # Layouts with at least two attention layers where the family has them.
 TINY = {
@@ -48,3 +51,13 @@ def hm(request, saved_models):
     """A HybridModel per family, loaded through the adapter's real loading path."""
     torch.manual_seed(0)
     return load_model(saved_models[request.param])
+
+
+@pytest.fixture(scope="session")
+def bpe():
+    """A small byte-level BPE trained here on the task text: it splits some words into several tokens."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    texts = [p.text + " " + p.target for p in make_prompts(0, 300, 8, "chat")]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<pad>"]))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")

@@ -1,23 +1,12 @@
 """Answers and keys with a real BPE tokenizer (trained here on the task text), not only the toy one."""
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
 
 from hybridlens.experiments.extract import prompt_set
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.toy import build_toy_model
 from hybridlens.tasks.retrieval import make_prompts, token_positions
 from hybridlens.tasks.vocab import KEYS, VALUES
-
-
-@pytest.fixture(scope="module")
-def bpe():
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    texts = [p.text + " " + p.target for p in make_prompts(0, 300, 8, "chat")]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<pad>"]))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
 
 
 def test_token_id_is_the_token_that_follows_a_space(bpe):

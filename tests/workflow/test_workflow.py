@@ -16,6 +16,8 @@ from wf import MODELS, SNAKEMAKE, snakemake, workdir
 
 from hybridlens.experiments.extract import extract
 from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
+from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
+from hybridlens.experiments.stitch import TRANSFERS, fit_maps
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
 from hybridlens.store import read_store
@@ -158,6 +160,35 @@ def test_scale_tables(run1):
         assert (run1 / f"results/figures/scale_{figure}.pdf").read_bytes()[:4] == b"%PDF"
 
 
+def test_stitch_tables_and_maps(run1):
+    cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["stitch"]
+    pair = run1 / "results/stitch/qwen_tiny--granite_tiny"
+    summary = pd.read_csv(pair / "summary.tsv", sep="\t")
+    rows = pd.concat([pd.read_csv(f) for f in sorted(pair.glob("items_*_s*.csv"))])
+    assert set(rows["receiver"]) == {"qwen_tiny", "granite_tiny"} and set(rows["seed"]) == set(cfg["seeds"])
+    assert len(summary) == 2 * len(TRANSFERS) * len(STITCH_CONDITIONS)
+    for r in summary.itertuples():
+        items = rows[(rows["receiver"] == r.receiver) & (rows["transfer"] == r.transfer)]
+        items = items[items["condition"] == r.condition]
+        measure = "redirect" if r.transfer == "query" else "correct"
+        assert r.rate == pytest.approx(items[measure].mean()) and r.n == len(cfg["seeds"]) * cfg["n_test"]
+        assert r.lo <= r.rate <= r.hi
+    # The intact receiver is the same forward for every transfer.
+    intact = rows[rows["condition"] == "intact"].pivot_table("correct", ["receiver", "seed", "item"], "transfer")
+    assert (intact["query"] == intact["address"]).all() and (intact["address"] == intact["encode_address"]).all()
+    # The maps artifact is what fit_maps gives on the stored activations; one tokenizer aligns everything.
+    fit = pd.read_csv(pair / "fit.tsv", sep="\t")
+    assert (fit["aligned"] == 1.0).all() and set(fit["lambda"]) <= set(cfg["lambdas"])
+    recv, recv_attrs = read_store(pair / "acts/qwen_tiny_s1.h5")
+    donor, donor_attrs = read_store(pair / "acts/granite_tiny_s1.h5")
+    spans = [{k: tuple(v) for k, v in json.loads(a["blocks"]).items()} for a in (recv_attrs, donor_attrs)]
+    maps, _, _ = fit_maps(recv, donor, *spans, cfg["lambdas"])
+    stored, _ = read_store(pair / "maps_s1.h5")
+    for name, m in maps.items():
+        np.testing.assert_allclose(stored[f"qwen_tiny.{name}.weight"], m.weight, rtol=1e-5, atol=1e-6)
+    assert (run1 / "results/figures/stitch_qwen_tiny--granite_tiny.pdf").read_bytes()[:4] == b"%PDF"
+
+
 def test_hla_length_table(run1):
     cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["hla"]
     rows = pd.concat(
@@ -213,6 +244,7 @@ def test_reordering_config_keys_reruns_nothing(run1):
         ("models.qwen_tiny.family: mamba9", "family"),
         ("zoo.gate: 2", "gate"),
         ("models.qwen_tiny.source.toy.layout: LLXA", "layout"),
+        ("stitch.pairs: [[qwen_tiny, nomodel]]", "pairs"),
     ],
 )
 def test_bad_config_is_refused_before_any_job(tmp_path, edit, key):

@@ -1,0 +1,123 @@
+# Cross-architecture stitching: ridge maps between two models' hidden spaces, blocks swapped through them.
+
+
+rule stitch_acts:
+    # The residual stream at both models' block boundaries on the fit split's prompts (two HDF5 stores).
+    input:
+        unpack(stitch_inputs),
+    output:
+        a="results/stitch/{a}--{b}/acts/{a}_s{seed}.h5",
+        b="results/stitch/{a}--{b}/acts/{b}_s{seed}.h5",
+    log:
+        "logs/stitch/{a}--{b}/acts_s{seed}.log",
+    benchmark:
+        "benchmarks/stitch/{a}--{b}/acts_s{seed}.tsv"
+    conda:
+        "../environment.yml"
+    threads: pair_res("cpus", 1)
+    resources:
+        mem_mb=pair_res("mem_mb", 2000),
+        runtime=pair_res("runtime", 20),
+        gpu=pair_res("gpus", 0),
+    params:
+        models=pair_params,
+        settings=stitch_settings(),
+        n_languages=config["zoo"]["n_languages"],
+    script:
+        "../workflow_scripts/stitch_acts.py"
+
+
+rule stitch_fit:
+    # Every map of both directions from the stores, fitted once and reused by both swap jobs.
+    input:
+        a="results/stitch/{a}--{b}/acts/{a}_s{seed}.h5",
+        b="results/stitch/{a}--{b}/acts/{b}_s{seed}.h5",
+        circuits=lambda w: [
+            f"results/circuit/{w.a}/circuit.json",
+            f"results/circuit/{w.b}/circuit.json",
+        ],
+    output:
+        maps="results/stitch/{a}--{b}/maps_s{seed}.h5",
+        fit="results/stitch/{a}--{b}/fit_s{seed}.json",
+    log:
+        "logs/stitch/{a}--{b}/fit_s{seed}.log",
+    benchmark:
+        "benchmarks/stitch/{a}--{b}/fit_s{seed}.tsv"
+    conda:
+        "../environment.yml"
+    threads: 1
+    params:
+        lambdas=config["stitch"]["lambdas"],
+    script:
+        "../workflow_scripts/stitch_fit.py"
+
+
+rule stitch_swap:
+    # The three transfers into one receiver, with controls, on the test split's prompts.
+    input:
+        unpack(stitch_inputs),
+        maps="results/stitch/{a}--{b}/maps_s{seed}.h5",
+    output:
+        rows="results/stitch/{a}--{b}/items_{receiver}_s{seed}.csv",
+    log:
+        "logs/stitch/{a}--{b}/swap_{receiver}_s{seed}.log",
+    benchmark:
+        "benchmarks/stitch/{a}--{b}/swap_{receiver}_s{seed}.tsv"
+    conda:
+        "../environment.yml"
+    threads: pair_res("cpus", 1)
+    resources:
+        mem_mb=pair_res("mem_mb", 2000),
+        runtime=pair_res("runtime", 20),
+        gpu=pair_res("gpus", 0),
+    params:
+        models=pair_params,
+        settings=stitch_settings(),
+        n_languages=config["zoo"]["n_languages"],
+    script:
+        "../workflow_scripts/stitch_swap.py"
+
+
+rule stitch_tables:
+    # Rates with bootstrap intervals per direction, transfer and condition, and the maps' fit report.
+    input:
+        rows=lambda w: expand(
+            "results/stitch/{a}--{b}/items_{receiver}_s{seed}.csv",
+            a=w.a,
+            b=w.b,
+            receiver=[w.a, w.b],
+            seed=config["stitch"]["seeds"],
+        ),
+        fits=lambda w: expand(
+            "results/stitch/{a}--{b}/fit_s{seed}.json",
+            a=w.a,
+            b=w.b,
+            seed=config["stitch"]["seeds"],
+        ),
+    output:
+        summary="results/stitch/{a}--{b}/summary.tsv",
+        fit="results/stitch/{a}--{b}/fit.tsv",
+    log:
+        "logs/stitch/{a}--{b}/tables.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    params:
+        models=lambda w: [w.a, w.b],
+    script:
+        "../workflow_scripts/stitch_tables.py"
+
+
+rule plot_stitch:
+    # Accuracy restored per direction and transfer, with the controls and intervals.
+    input:
+        summary="results/stitch/{a}--{b}/summary.tsv",
+    output:
+        pdf=report("results/figures/stitch_{a}--{b}.pdf", category="Stitching"),
+    log:
+        "logs/plot_stitch/{a}--{b}.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    script:
+        "../workflow_scripts/plot_stitch.py"

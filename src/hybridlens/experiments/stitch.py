@@ -1,0 +1,399 @@
+"""Cross-architecture stitching: ridge maps between two models' hidden spaces, and Address blocks swapped through them.
+
+A *receiver* model gets a *donor* model's computation with no weight updated in either: its stream h at the
+input of a block is mapped into the donor's space, the donor's own layers run on it, and the donor's change is
+mapped back: h + M_out(B_donor(M_in h) - M_in h). The maps are closed-form ridge regressions fitted on aligned
+positions of prompts whose keys come from a fit split of the key vocabulary; every number is reported on
+prompts whose keys come from the disjoint test split.
+
+align_positions  token pairs of two tokenizations of one text, matched by the character where each token ends
+fit_ridge        centred ridge map in float64, lambda from a log grid on a held-out fifth of the prompts
+RidgeMap         a fitted map; apply(), linear() for differences, shuffled() for the control
+split_keys       seeded fit / test split of the keys both tokenizers keep as single tokens
+blocks           a model's Address block and Encode+Address span (first, last layer) from its circuit
+collect          the residual stream at the blocks' boundaries, every position, as arrays for the HDF5 store
+fit_maps         every map of one direction from two collected stores
+run_block        a model's own layers first..last on a given stream, with the positions and masks it builds
+swap_rows        per-item rows of the three transfers and their controls on test prompts
+"""
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hybridlens.experiments.circuit import Runner
+from hybridlens.experiments.extract import batches_by_length, vocabulary
+from hybridlens.interventions.hooks import TraceDict
+from hybridlens.tasks.retrieval import donor_host_pairs, make_prompts
+
+TRANSFERS = ("query", "address", "encode_address")
+CONDITIONS = ("intact", "stitched", "shuffled_map", "mean_write", "ablated")
+
+
+# --- alignment and maps ---------------------------------------------------------------------------------------
+def align_positions(offsets_a, offsets_b, text_length: int):
+    """[(i, j)]: token i of tokenization a and token j of b end at the same character of the prompt text.
+
+    A word's information is complete at its last token, so a word-level token aligns with the last piece
+    of the same word under BPE. Tokens outside the text (chat-template tokens) never align; the two final
+    tokens (both predict the answer) always do.
+    """
+
+    def ends(offsets):
+        out = {}
+        for i, (start, end) in enumerate(offsets):
+            if end > start and 0 < end <= text_length:
+                out.setdefault(end, i)  # a character ending several tokens (byte pieces) aligns its first
+        return out
+
+    ea, eb = ends(offsets_a), ends(offsets_b)
+    pairs = [(ea[c], eb[c]) for c in sorted(ea.keys() & eb.keys())]
+    last = (len(offsets_a) - 1, len(offsets_b) - 1)
+    return [p for p in pairs if p[0] != last[0] and p[1] != last[1]] + [last]
+
+
+@dataclass
+class RidgeMap:
+    mean_in: np.ndarray  # [d_in]
+    mean_out: np.ndarray  # [d_out]
+    weight: np.ndarray  # [d_in, d_out]
+    lam: float  # chosen lambda, relative to the mean eigenvalue of the centred inputs' Gram matrix
+    r2: float  # held-out R^2 at the chosen lambda
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        w, mi, mo = (
+            torch.as_tensor(a, dtype=x.dtype, device=x.device) for a in (self.weight, self.mean_in, self.mean_out)
+        )
+        return (x - mi) @ w + mo
+
+    def linear(self, dx: torch.Tensor) -> torch.Tensor:
+        """The map of a difference of two points (the means cancel)."""
+        return dx @ torch.as_tensor(self.weight, dtype=dx.dtype, device=dx.device)
+
+    def shuffled(self, seed: int) -> "RidgeMap":
+        """Control: the same map with its output coordinates permuted (same norm, wrong directions)."""
+        perm = np.random.default_rng(seed).permutation(self.weight.shape[1])
+        return RidgeMap(self.mean_in, self.mean_out, self.weight[:, perm], self.lam, float("nan"))
+
+
+def fit_ridge(x, y, groups=None, lambdas=(1e-4, 1e-3, 1e-2, 1e-1, 1, 10, 100), seed: int = 0) -> RidgeMap:
+    """Centred closed-form ridge y ~ x in float64; lambda (times the inputs' mean eigenvalue, so the grid is
+    scale-free) minimises the error on a held-out fifth of the `groups` (prompts: rows of one prompt stay on
+    one side), then the map is refitted on every row."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) != len(y) or len(x) < 10:
+        raise ValueError(f"ridge fit needs matching rows, at least 10; got {len(x)} inputs and {len(y)} outputs")
+    groups = np.arange(len(x)) if groups is None else np.asarray(groups)
+    ids = np.unique(groups)
+    held = np.random.default_rng(seed).permutation(ids)[: max(1, len(ids) // 5)]
+    test = np.isin(groups, held)
+
+    def solve(xs, ys, lam_rel):
+        mx, my = xs.mean(0), ys.mean(0)
+        xc, yc = xs - mx, ys - my
+        gram = xc.T @ xc
+        lam = lam_rel * np.trace(gram) / len(gram)
+        return mx, my, np.linalg.solve(gram + lam * np.eye(len(gram)), xc.T @ yc)
+
+    def r2(mx, my, w, xs, ys):
+        pred = (xs - mx) @ w + my
+        return 1 - ((ys - pred) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum()
+
+    scores = [r2(*solve(x[~test], y[~test], lam), x[test], y[test]) for lam in lambdas]
+    best = int(np.argmax(scores))
+    return RidgeMap(*solve(x, y, lambdas[best]), lam=float(lambdas[best]), r2=float(scores[best]))
+
+
+# --- prompts and blocks ------------------------------------------------------------------------------------------
+def split_keys(receiver, donor, seed: int, test_fraction: float, n_pairs: int, n_languages: int):
+    """(fit keys, test keys, values, languages) over the words both tokenizers keep as single tokens."""
+    shared = []
+    for hm in (receiver, donor):
+        keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
+        shared.append((set(keys), set(values), set(languages)))
+    keys = sorted(shared[0][0] & shared[1][0])
+    values = sorted(shared[0][1] & shared[1][1])
+    languages = sorted(shared[0][2] & shared[1][2])
+    keys = random.Random(seed).sample(keys, len(keys))
+    n_test = round(len(keys) * test_fraction)
+    fit, test = keys[n_test:], keys[:n_test]
+    if min(len(fit), len(test), len(values)) < n_pairs or not languages:
+        raise ValueError(
+            f"stitching {receiver.source} and {donor.source}: {len(fit)} fit keys, {len(test)} test keys and "
+            f"{len(values)} values shared as single tokens, too few for {n_pairs}-pair dictionaries; use fewer pairs"
+        )
+    return fit, test, values, languages
+
+
+def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, part: str):
+    fit, test, values, languages = split
+    keys = fit if part == "fit" else test
+    return make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
+
+
+def blocks(circuit: dict) -> dict:
+    """{"address": (first, last), "encode_address": (first, last)} layers, from a circuit.json."""
+    groups = circuit["groups"]
+    address = groups[circuit["address"]["group"] if circuit["address"]["group"] is not None else -1]
+    encode = groups[circuit["encode"]["group"]]
+    return {
+        "address": (min(address), max(address)),
+        "encode_address": (min(encode + address), max(encode + address)),
+    }
+
+
+# --- collecting and fitting ------------------------------------------------------------------------------------------
+def boundaries(spans: dict) -> list[int]:
+    """Residual-stream boundaries the maps need: each block's input (before `first`) and output (after `last`)."""
+    return sorted({b for first, last in spans.values() for b in (first, last + 1)})
+
+
+@torch.no_grad()
+def collect(hm, prompts, spans: dict, batch_size: int = 32):
+    """Arrays for the HDF5 store: `resid.{b}` [tokens, d] for every boundary b (the stream entering layer b;
+    b = n_layers is the last layer's output) at every position, and per token its prompt, position and the
+    prompt-text character where it ends (-1 outside the text)."""
+    wanted = boundaries(spans)
+    out = {b: [] for b in wanted}
+    prompt_of, position, end_char = [], [], []
+    for chunk, ids, offsets in batches_by_length(hm, prompts, batch_size):
+        modules = {b: hm.layers[b] if b < hm.n_layers else hm.layers[-1] for b in wanted}
+        options = {b: {"retain_input": b < hm.n_layers, "retain_output": b == hm.n_layers} for b in wanted}
+        with TraceDict(modules, options) as traces:
+            hm.model(ids, logits_to_keep=1)
+        for b in wanted:
+            t = traces[b].input if b < hm.n_layers else traces[b].output
+            out[b].append(t.float().reshape(-1, hm.d_model).cpu().numpy())
+        for i, off in zip(chunk, offsets, strict=True):
+            n_text = len(prompts[i].text)
+            prompt_of += [i] * len(off)
+            position += list(range(len(off)))
+            end_char += [e if s < e and 0 < e <= n_text else -1 for s, e in off]
+    data = {f"resid.{b}": np.concatenate(v) for b, v in out.items()}
+    data |= {"prompt": np.array(prompt_of), "position": np.array(position), "end_char": np.array(end_char)}
+    return data
+
+
+def _rows(data, prompt: int):
+    sel = np.flatnonzero(data["prompt"] == prompt)
+    order = np.argsort(data["position"][sel])
+    return sel[order]
+
+
+def aligned_rows(recv, donor):
+    """(receiver rows, donor rows, prompt per pair, fraction of receiver positions aligned) over two stores."""
+    ri, di, groups, n_recv = [], [], [], 0
+    for p in np.unique(recv["prompt"]):
+        rr, dr = _rows(recv, p), _rows(donor, p)
+        n_text = max(recv["end_char"][rr].max(), donor["end_char"][dr].max())
+        off_r = [(e - 1, e) if e > 0 else (0, 0) for e in recv["end_char"][rr]]
+        off_d = [(e - 1, e) if e > 0 else (0, 0) for e in donor["end_char"][dr]]
+        pairs = align_positions(off_r, off_d, int(n_text))
+        ri += [rr[i] for i, _ in pairs]
+        di += [dr[j] for _, j in pairs]
+        groups += [p] * len(pairs)
+        n_recv += len(rr)
+    return np.array(ri), np.array(di), np.array(groups), len(ri) / n_recv
+
+
+def final_rows(data):
+    """Row of each prompt's final token, in prompt order."""
+    return np.array([_rows(data, p)[-1] for p in np.unique(data["prompt"])])
+
+
+def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: int = 0):
+    """(maps, means, aligned fraction) of one direction (donor -> receiver). maps are keyed "{block}.in",
+    "{block}.out" and "query"; means are the receiver's mean writes (every position per block; the final
+    token for query), the mean-write control. in: the receiver's stream at the block's input -> the donor's;
+    out: the donor's stream at the block's output -> the receiver's; query: the donor's Address-block write at
+    the final token -> the receiver's."""
+    ri, di, groups, fraction = aligned_rows(recv, donor)
+    maps = {}
+    for block in ("address", "encode_address"):
+        (rf, rl), (df, dl) = recv_spans[block], donor_spans[block]
+        maps[f"{block}.in"] = fit_ridge(recv[f"resid.{rf}"][ri], donor[f"resid.{df}"][di], groups, lambdas, seed)
+        maps[f"{block}.out"] = fit_ridge(
+            donor[f"resid.{dl + 1}"][di], recv[f"resid.{rl + 1}"][ri], groups, lambdas, seed
+        )
+    rf, rl = recv_spans["address"]
+    df, dl = donor_spans["address"]
+    fr, fd = final_rows(recv), final_rows(donor)
+    write_r = recv[f"resid.{rl + 1}"][fr] - recv[f"resid.{rf}"][fr]
+    write_d = donor[f"resid.{dl + 1}"][fd] - donor[f"resid.{df}"][fd]
+    maps["query"] = fit_ridge(write_d, write_r, None, lambdas, seed)
+    means = {"query": write_r.mean(0)}
+    for block in ("address", "encode_address"):
+        rf, rl = recv_spans[block]
+        means[block] = (recv[f"resid.{rl + 1}"] - recv[f"resid.{rf}"]).mean(0)
+    return maps, means, fraction
+
+
+# --- running blocks ------------------------------------------------------------------------------------------
+@torch.no_grad()
+def run_block(hm, first: int, last: int, resid: torch.Tensor) -> torch.Tensor:
+    """hm's layers first..last applied to the stream `resid` [B, T, D]: one forward of the whole model whose
+    stream is replaced at layer `first`'s input and which stops after layer `last`. Every layer gets the
+    position embeddings, causal mask and (empty) cache the model builds for itself, whatever its kind;
+    calling decoder layers one by one would have to rebuild them per family."""
+    embeds = torch.zeros(*resid.shape, dtype=hm.model.dtype, device=hm.device)  # replaced before it is read
+    modules = {"in": hm.layers[first], "out": hm.layers[last]}
+    options = {
+        "in": {"edit_input": lambda t, _name: resid.to(t.dtype), "retain_output": False},
+        "out": {"stop": True},
+    }
+    with TraceDict(modules, options) as traces:
+        hm.model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1)
+    return traces["out"].output
+
+
+def _block_edit(hm, first, last, replace):
+    """Modules and options that replace the output of layers first..last by replace(h_in, h_out)."""
+    store = {}
+
+    def keep(t, _name):
+        store["h_in"] = t
+        return t
+
+    modules = {"in": hm.layers[first], "out": hm.layers[last]}
+    options = {
+        "in": {"edit_input": keep, "retain_output": False},
+        "out": {"edit_output": lambda t, _name: replace(store["h_in"], t), "retain_output": False},
+    }
+    return modules, options
+
+
+@torch.no_grad()
+def _logits(hm, ids, edit=None):
+    modules, options = edit if edit else ({}, {})
+    with TraceDict(modules, options):
+        out = hm.model(ids, logits_to_keep=1)
+    return out.logits[:, -1].float()
+
+
+def _swap(donor, span, m_in, m_out):
+    def replace(h, _out):
+        mapped = m_in.apply(h.float())
+        return (h.float() + m_out.linear(run_block(donor, *span, mapped.to(donor.model.dtype)).float() - mapped)).to(
+            h.dtype
+        )
+
+    return replace
+
+
+@torch.no_grad()
+def final_writes(hm, span, prompts, batch_size: int = 32) -> torch.Tensor:
+    """The block's write at each prompt's final token (stream after `last` minus before `first`), [N, D]."""
+    out = [None] * len(prompts)
+    for chunk, ids, _ in batches_by_length(hm, prompts, batch_size):
+        modules = {"in": hm.layers[span[0]], "out": hm.layers[span[1]]}
+        options = {"in": {"retain_input": True, "retain_output": False}, "out": {"stop": True}}
+        with TraceDict(modules, options) as traces:
+            hm.model(ids, logits_to_keep=1)
+        writes = (traces["out"].output[:, -1] - traces["in"].input[:, -1]).float()
+        for j, i in enumerate(chunk):
+            out[i] = writes[j]
+    return torch.stack(out)
+
+
+def _final_edit(hm, span, writes):
+    """Edit that replaces the block's final-token write by `writes` [B, D] (earlier positions untouched)."""
+
+    def replace(h, out):
+        out = out.clone()
+        out[:, -1] = (h[:, -1].float() + writes.to(out.device)).to(out.dtype)
+        return out
+
+    return _block_edit(hm, *span, replace)
+
+
+@torch.no_grad()
+def swap_rows(receiver, donor, spans, maps, means, prompts, n_languages: int, seed: int, batch_size: int = 32):
+    """Per test item and condition: retrieval with the receiver's Address block (address) or Encode+Address
+    span (encode_address) swapped for the donor's, and redirect under the query-vector transfer (the donor's
+    prompt asks A, the receiver's asks B of the same dictionary; query). Conditions: intact, stitched, and
+    the controls: shuffled maps, the receiver's mean write from the fit prompts, the block ablated.
+
+    spans: {"receiver": {block: (first, last)}, "donor": {...}}; maps: fit_maps' maps; means: fit_maps' means.
+    """
+    if receiver.model is donor.model:  # the donor's forward would run the receiver's swap hooks again
+        raise ValueError("stitching a model with itself: load it twice, one copy as the donor")
+    rows = []
+    pairs = donor_host_pairs(prompts, seed, n_languages)
+    donor_writes = final_writes(donor, spans["donor"]["address"], [d for d, _ in pairs], batch_size)
+    for chunk, _, _ in batches_by_length(receiver, [h for _, h in pairs], batch_size):
+        run = Runner(receiver, [pairs[i][1] for i in chunk], n_languages)
+        entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=run.ids.device)
+        right, asked_by_donor = run.value_ids.gather(1, entries).T
+
+        def record(transfer, condition, logits, chunk=chunk, right=right, asked_by_donor=asked_by_donor):
+            top = logits.argmax(-1)
+            for j, i in enumerate(chunk):
+                rows.append(
+                    {
+                        "seed": seed,
+                        "item": i,
+                        "transfer": transfer,
+                        "condition": condition,
+                        "correct": int(top[j] == right[j]),
+                        "redirect": int(top[j] == asked_by_donor[j]),
+                    }
+                )
+
+        intact = _logits(receiver, run.ids)
+        for transfer in TRANSFERS:
+            record(transfer, "intact", intact)
+        for block in ("address", "encode_address"):
+            span, m_in, m_out = spans["donor"][block], maps[f"{block}.in"], maps[f"{block}.out"]
+            mean = torch.as_tensor(means[block], dtype=torch.float32, device=receiver.device)
+            conditions = {
+                "stitched": _swap(donor, span, m_in, m_out),
+                "shuffled_map": _swap(donor, span, m_in.shuffled(seed), m_out.shuffled(seed + 1)),
+                "mean_write": lambda h, _out, mean=mean: (h.float() + mean).to(h.dtype),
+                "ablated": lambda h, _out: h,
+            }
+            for condition, replace in conditions.items():
+                edit = _block_edit(receiver, *spans["receiver"][block], replace)
+                record(block, condition, _logits(receiver, run.ids, edit))
+        writes = donor_writes[chunk].to(receiver.device)
+        mean = torch.as_tensor(means["query"], dtype=torch.float32, device=receiver.device)
+        conditions = {
+            "stitched": maps["query"].apply(writes),
+            "shuffled_map": maps["query"].shuffled(seed).apply(writes),
+            "mean_write": mean.expand(len(chunk), -1),
+            "ablated": torch.zeros(len(chunk), receiver.d_model, device=receiver.device),
+        }
+        for condition, new in conditions.items():
+            edit = _final_edit(receiver, spans["receiver"]["address"], new)
+            record("query", condition, _logits(receiver, run.ids, edit))
+    return rows
+
+
+def summarize(rows, n_boot: int = 2000):
+    """Per (receiver, donor, transfer, condition): the transfer's measure (retrieval accuracy for the block
+    swaps, redirect rate for the query vector) with a bootstrap 95 % interval over the items of all seeds."""
+    from hybridlens.stats import bootstrap
+
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["receiver"], r["donor"], r["transfer"], r["condition"]), []).append(r)
+    out = []
+    for (receiver, donor, transfer, condition), items in groups.items():
+        measure = "redirect" if transfer == "query" else "correct"
+        values = np.array([r[measure] for r in items], dtype=float)
+        lo, hi = bootstrap(values, n_boot=n_boot)
+        out.append(
+            {
+                "receiver": receiver,
+                "donor": donor,
+                "transfer": transfer,
+                "condition": condition,
+                "measure": "redirect" if measure == "redirect" else "accuracy",
+                "rate": values.mean(),
+                "lo": lo,
+                "hi": hi,
+                "n": len(values),
+            }
+        )
+    return out

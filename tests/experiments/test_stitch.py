@@ -1,0 +1,154 @@
+"""Cross-architecture stitching: alignment across tokenizers, ridge maps, donor blocks run on foreign streams."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from hybridlens.experiments.stitch import (
+    CONDITIONS,
+    TRANSFERS,
+    RidgeMap,
+    align_positions,
+    collect,
+    fit_maps,
+    fit_ridge,
+    run_block,
+    split_keys,
+    split_prompts,
+    swap_rows,
+)
+from hybridlens.interventions.hooks import TraceDict
+from hybridlens.models.adapter import HybridModel, load_model
+from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.vocab import language_forms
+
+
+def test_alignment_word_level_against_bpe(tokenizer, bpe):
+    word = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)
+    pieces = HybridModel(build_toy_model("qwen3_5", len(bpe), 32, "LLA", heads=2), bpe)
+    for p in make_prompts(5, 20, 8, "chat"):
+        (ids_w,), (off_w,) = word.tokenize([p.text])
+        (ids_b,), (off_b,) = pieces.tokenize([p.text])
+        pairs = align_positions(off_w, off_b, len(p.text))
+        # Every word-level token is a whole word whose last BPE piece ends where it does.
+        assert [i for i, _ in pairs] == list(range(len(ids_w)))
+        assert all(off_w[i][1] == off_b[j][1] for i, j in pairs)
+        assert len(ids_b) > len(ids_w)  # this BPE splits some words, whose earlier pieces stay unaligned
+        assert len({j for _, j in pairs}) == len(pairs) < len(ids_b)
+
+
+def test_alignment_skips_template_tokens_and_keeps_the_final_pair():
+    # b: two template tokens before the text (negative offsets) and one after it.
+    off_a = [(0, 3), (4, 7), (8, 9)]
+    off_b = [(-5, -2), (-2, 0), (0, 3), (4, 5), (5, 7), (8, 9), (9, 12)]
+    assert align_positions(off_a, off_b, 9) == [(0, 2), (1, 4), (2, 6)]
+
+
+def test_ridge_recovers_a_linear_map_and_shrinks_noise():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 6)) * 3 + 1
+    a, b = rng.normal(size=(6, 4)), rng.normal(size=4)
+    m = fit_ridge(x, x @ a + b + 1e-3 * rng.normal(size=(600, 4)), groups=np.arange(600) // 6)
+    assert m.lam == 1e-4 and m.r2 > 0.999
+    np.testing.assert_allclose(m.weight, a, atol=1e-3)
+    out = m.apply(torch.tensor(x[:5], dtype=torch.float32)).double().numpy()
+    np.testing.assert_allclose(out, x[:5] @ a + b, atol=1e-2)
+    noise = fit_ridge(x, rng.normal(size=(600, 4)))
+    assert noise.lam >= 10 and noise.r2 < 0.01  # nothing to predict: strong shrinkage wins
+    with pytest.raises(ValueError, match="matching rows"):
+        fit_ridge(x, x[:-1])
+
+
+def test_shuffled_map_keeps_the_norm_and_loses_the_directions():
+    rng = np.random.default_rng(1)
+    m = RidgeMap(np.zeros(5), np.zeros(5), rng.normal(size=(5, 5)), 1.0, 0.9)
+    s = m.shuffled(0)
+    assert np.isclose(np.linalg.norm(s.weight), np.linalg.norm(m.weight))
+    assert not np.allclose(s.weight, m.weight)
+
+
+def test_run_block_equals_the_models_own_layers(hm):
+    """The donor block run on a given stream reproduces the model's own forward, for blocks with attention
+    (rotary positions, causal mask) and without; position information comes from the model itself."""
+    ids = torch.randint(3, 60, (3, 17))
+    n = hm.n_layers
+    attention = hm.attention_layers()[-1]
+    for first, last in [(0, n - 1), (attention, attention), (1, min(n - 1, attention + 1)), (0, 0)]:
+        modules = {"in": hm.layers[first], "out": hm.layers[last]}
+        with TraceDict(modules, {"in": {"retain_input": True}}) as t:
+            hm.model(ids)
+        got = run_block(hm, first, last, t["in"].input)
+        torch.testing.assert_close(got, t["out"].output, atol=1e-5, rtol=1e-5)
+        if (first, last) == (0, n - 1):
+            whole, stream = got, t["in"].input
+    # The given stream is the block's only input: the token ids behind the zero embeddings play no part.
+    other = run_block(hm, 0, n - 1, stream + 0.1 * torch.randn_like(stream))
+    assert not torch.allclose(other, whole, atol=1e-3)
+
+
+def identity_maps(d):
+    eye = RidgeMap(np.zeros(d), np.zeros(d), np.eye(d), 0.0, 1.0)
+    return {"address.in": eye, "address.out": eye, "encode_address.in": eye, "encode_address.out": eye, "query": eye}
+
+
+def test_self_stitch_with_identity_maps_changes_nothing(hm):
+    spans = {"address": (0, 1), "encode_address": (0, hm.n_layers - 1)}
+    prompts = make_prompts(3, 12, 4, "chat", 2)
+    means = {k: np.zeros(hm.d_model) for k in TRANSFERS}
+    twin = HybridModel(copy.deepcopy(hm.model), hm.tokenizer)  # the donor's forward runs inside the receiver's
+    maps = identity_maps(hm.d_model)
+    rows = swap_rows(hm, twin, {"receiver": spans, "donor": spans}, maps, means, prompts, 2, 3)
+    got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
+    assert len(rows) == len(TRANSFERS) * len(CONDITIONS) * len(prompts)
+    for block in ("address", "encode_address"):
+        for i in range(len(prompts)):
+            assert got[(block, "stitched", i)]["correct"] == got[(block, "intact", i)]["correct"]
+    with pytest.raises(ValueError, match="load it twice"):
+        swap_rows(hm, hm, {"receiver": spans, "donor": spans}, maps, means, prompts, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def pair(saved_models):
+    return load_model(saved_models["qwen3_5"]), load_model(saved_models["granitemoehybrid"])
+
+
+def test_key_split_is_disjoint_seeded_and_checked(pair):
+    a, b = pair
+    fit, test, values, languages = split_keys(a, b, 1, 0.34, 4, 2)
+    assert not set(fit) & set(test) and len(test) == round((len(fit) + len(test)) * 0.34)
+    assert split_keys(a, b, 1, 0.34, 4, 2) == (fit, test, values, languages)
+    assert split_keys(a, b, 2, 0.34, 4, 2)[1] != test
+    for p in split_prompts((fit, test, values, languages), 0, 10, 4, "chat", 2, "test"):
+        assert {k for k, _ in p.pairs} <= set(test)
+    with pytest.raises(ValueError, match="too few for 40-pair"):
+        split_keys(a, b, 1, 0.34, 40, 2)
+
+
+def test_maps_between_two_families_and_the_swap_rows(pair):
+    recv, donor = pair
+    spans = {
+        "receiver": {"address": (0, 1), "encode_address": (0, 3)},
+        "donor": {"address": (3, 4), "encode_address": (0, 4)},
+    }
+    split = split_keys(recv, donor, 1, 0.34, 4, 2)
+    fit = split_prompts(split, 0, 40, 4, "chat", 2, "fit")
+    data_r, data_d = collect(recv, fit, spans["receiver"]), collect(donor, fit, spans["donor"])
+    # The stream entering layer 0 is the embedding: the store holds it for every token.
+    (ids,), _ = recv.tokenize([fit[0].text])
+    emb = recv.model.get_input_embeddings()(torch.tensor(ids)).detach().numpy()
+    np.testing.assert_allclose(data_r["resid.0"][: len(ids)], emb, atol=1e-6)
+    maps, means, fraction = fit_maps(data_r, data_d, spans["receiver"], spans["donor"], (1e-2, 1, 100))
+    assert fraction == 1.0  # one tokenizer: every position aligns
+    assert maps["address.in"].weight.shape == (recv.d_model, donor.d_model)
+    assert maps["address.out"].weight.shape == (donor.d_model, recv.d_model)
+    assert maps["query"].weight.shape == (donor.d_model, recv.d_model) and means["query"].shape == (recv.d_model,)
+    test = split_prompts(split, 1, 10, 4, "chat", 2, "test")
+    rows = swap_rows(recv, donor, spans, maps, means, test, 2, 1)
+    intact = {r["item"]: r for r in rows if r["condition"] == "intact" and r["transfer"] == "address"}
+    logits = recv.model(recv.encode([test[0].text])[0]).logits[0, -1]
+    answer = recv.token_id(language_forms(2)[test[0].language][test[0].pairs[test[0].query][1]])
+    assert intact[0]["correct"] == int(logits.argmax() == answer)
+    assert {(r["transfer"], r["condition"]) for r in rows} == {(t, c) for t in TRANSFERS for c in CONDITIONS}

@@ -1,0 +1,36 @@
+# The three transfers into one receiver, with controls, on the test split (rule stitch_swap).
+import json
+
+import pandas as pd
+import torch
+
+from hybridlens.experiments import stitch
+from hybridlens.models.adapter import load_model
+from hybridlens.runlog import script_log
+from hybridlens.store import read_store
+
+with script_log(snakemake.log[0]) as log:
+    torch.set_num_threads(snakemake.threads)
+    w, s, n_languages = snakemake.wildcards, snakemake.params.settings, snakemake.params.n_languages
+    seed = int(w.seed)
+    models = {side: load_model(**snakemake.params.models[side]) for side in ("a", "b")}
+    receiver_side = "a" if w.receiver == w.a else "b"
+    donor_side = "b" if receiver_side == "a" else "a"
+    receiver, donor = models[receiver_side], models[donor_side]
+    data, attrs = read_store(snakemake.input.maps)
+    spans = {m: {k: tuple(v) for k, v in b.items()} for m, b in json.loads(attrs["spans"]).items()}
+    donor_name = getattr(w, donor_side)
+    maps = {
+        name: stitch.RidgeMap(
+            *(data[f"{w.receiver}.{name}.{part}"] for part in ("mean_in", "mean_out", "weight")), lam=0.0, r2=0.0
+        )
+        for name in json.loads(attrs["map_names"])
+    }
+    means = {k: data[f"{w.receiver}.mean_write.{k}"] for k in stitch.TRANSFERS}
+    split = stitch.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
+    prompts = stitch.split_prompts(split, seed + 7919, s["n_test"], s["n_pairs"], s["format"], n_languages, "test")
+    both = {"receiver": spans[w.receiver], "donor": spans[donor_name]}
+    rows = stitch.swap_rows(receiver, donor, both, maps, means, prompts, n_languages, seed, s["batch_size"])
+    table = pd.DataFrame(rows).assign(receiver=w.receiver, donor=donor_name)
+    log.info("%s", table.groupby(["transfer", "condition"])[["correct", "redirect"]].mean())
+    table.to_csv(snakemake.output.rows, index=False)
