@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -306,3 +307,17 @@ def test_killed_extraction_leaves_no_partial_store_and_reruns_identically(run1, 
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
+    cwd = workdir(tmp_path)
+    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/presets/paper.yaml", "--workflow-profile"]
+    res = subprocess.run([*cmd, "profiles/slurm"], cwd=cwd, capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert counts["stitch_acts"] == counts["stitch_fit"] == "3" and counts["stitch_swap"] == "6"
+    assert counts["scale"] == "6" and counts["plot_stitch"] == "1"
+    # A stitching job holds both models: their host memory adds up (16000 + 32000 MB).
+    swap = out[out.index("rule stitch_swap:") :].split("\n\n")[0]
+    assert "mem_mb=48000" in swap and "gpu=1" in swap
