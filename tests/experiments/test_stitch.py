@@ -152,3 +152,20 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
     answer = recv.token_id(language_forms(2)[test[0].language][test[0].pairs[test[0].query][1]])
     assert intact[0]["correct"] == int(logits.argmax() == answer)
     assert {(r["transfer"], r["condition"]) for r in rows} == {(t, c) for t in TRANSFERS for c in CONDITIONS}
+
+
+def test_self_stitch_through_fitted_maps_restores_the_intact_model(saved_models):
+    """Maps fitted between a model and its copy are the identity (held-out R^2 = 1), so every transfer
+    through them gives the intact model's answers: the fitting, alignment and swap plumbing end to end."""
+    recv, donor = load_model(saved_models["qwen3_5"]), load_model(saved_models["qwen3_5"])
+    spans = {"address": (0, 1), "encode_address": (0, 3)}
+    split = split_keys(recv, donor, 1, 0.34, 4, 2)
+    fit = split_prompts(split, 0, 64, 4, "chat", 2, "fit")  # more final positions than dimensions (32)
+    maps, means, _ = fit_maps(collect(recv, fit, spans), collect(donor, fit, spans), spans, spans, (1e-4, 1))
+    assert all(m.r2 > 0.999 for m in maps.values())
+    test = split_prompts(split, 1, 8, 4, "chat", 2, "test")
+    rows = swap_rows(recv, donor, {"receiver": spans, "donor": spans}, maps, means, test, 2, 1)
+    got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
+    for i in range(len(test)):
+        assert got[("address", "stitched", i)]["correct"] == got[("address", "intact", i)]["correct"]
+        assert got[("encode_address", "stitched", i)]["correct"] == got[("encode_address", "intact", i)]["correct"]
