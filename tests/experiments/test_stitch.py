@@ -11,6 +11,7 @@ from hybridlens.experiments.stitch import (
     TRANSFERS,
     RidgeMap,
     align_positions,
+    blocks,
     collect,
     fit_maps,
     fit_ridge,
@@ -169,3 +170,11 @@ def test_self_stitch_through_fitted_maps_restores_the_intact_model(saved_models)
     for i in range(len(test)):
         assert got[("address", "stitched", i)]["correct"] == got[("address", "intact", i)]["correct"]
         assert got[("encode_address", "stitched", i)]["correct"] == got[("encode_address", "intact", i)]["correct"]
+
+
+def test_blocks_from_a_circuit_and_a_circuit_without_address():
+    circuit = {"groups": [[0, 1, 2], [4, 5, 6]], "encode": {"group": 0}, "address": {"group": 1}}
+    assert blocks(circuit) == {"address": (4, 6), "encode_address": (0, 6)}
+    circuit["address"]["group"] = None
+    with pytest.raises(ValueError, match="no Address block .* pair another model"):
+        blocks(circuit)

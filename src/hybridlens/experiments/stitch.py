@@ -136,8 +136,12 @@ def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, n_languages:
 def blocks(circuit: dict) -> dict:
     """{"address": (first, last), "encode_address": (first, last)} layers, from a circuit.json."""
     groups = circuit["groups"]
-    address = groups[circuit["address"]["group"] if circuit["address"]["group"] is not None else -1]
-    encode = groups[circuit["encode"]["group"]]
+    if circuit["address"]["group"] is None:
+        raise ValueError(
+            f"circuit with groups {groups} has no Address block (no linear group before its reader); "
+            "stitching needs one in both models: pair another model"
+        )
+    address, encode = groups[circuit["address"]["group"]], groups[circuit["encode"]["group"]]
     return {
         "address": (min(address), max(address)),
         "encode_address": (min(encode + address), max(encode + address)),
@@ -176,17 +180,19 @@ def collect(hm, prompts, spans: dict, batch_size: int = 32):
     return data
 
 
-def _rows(data, prompt: int):
-    sel = np.flatnonzero(data["prompt"] == prompt)
-    order = np.argsort(data["position"][sel])
-    return sel[order]
+def _rows_by_prompt(data) -> dict:
+    """prompt -> its token rows in position order."""
+    order = np.lexsort((data["position"], data["prompt"]))
+    prompts, starts = np.unique(data["prompt"][order], return_index=True)
+    return dict(zip(prompts.tolist(), np.split(order, starts[1:]), strict=True))
 
 
 def aligned_rows(recv, donor):
     """(receiver rows, donor rows, prompt per pair, fraction of receiver positions aligned) over two stores."""
     ri, di, groups, n_recv = [], [], [], 0
-    for p in np.unique(recv["prompt"]):
-        rr, dr = _rows(recv, p), _rows(donor, p)
+    donor_rows = _rows_by_prompt(donor)
+    for p, rr in _rows_by_prompt(recv).items():
+        dr = donor_rows[p]
         n_text = max(recv["end_char"][rr].max(), donor["end_char"][dr].max())
         off_r = [(e - 1, e) if e > 0 else (0, 0) for e in recv["end_char"][rr]]
         off_d = [(e - 1, e) if e > 0 else (0, 0) for e in donor["end_char"][dr]]
@@ -200,7 +206,7 @@ def aligned_rows(recv, donor):
 
 def final_rows(data):
     """Row of each prompt's final token, in prompt order."""
-    return np.array([_rows(data, p)[-1] for p in np.unique(data["prompt"])])
+    return np.array([rows[-1] for rows in _rows_by_prompt(data).values()])
 
 
 def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: int = 0):
