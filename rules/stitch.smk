@@ -32,10 +32,6 @@ rule stitch_fit:
     input:
         a="results/stitch/{a}--{b}/acts/{a}_s{seed}.h5",
         b="results/stitch/{a}--{b}/acts/{b}_s{seed}.h5",
-        circuits=lambda w: [
-            f"results/circuit/{w.a}/circuit.json",
-            f"results/circuit/{w.b}/circuit.json",
-        ],
     output:
         maps="results/stitch/{a}--{b}/maps_s{seed}.h5",
         fit="results/stitch/{a}--{b}/fit_s{seed}.json",
