@@ -246,7 +246,7 @@ def run_block(hm, first: int, last: int, resid: torch.Tensor) -> torch.Tensor:
     embeds = torch.zeros(*resid.shape, dtype=hm.model.dtype, device=hm.device)  # replaced before it is read
     modules = {"in": hm.layers[first], "out": hm.layers[last]}
     options = {
-        "in": {"edit_input": lambda t, _name: resid.to(t.dtype), "retain_output": False},
+        "in": {"edit_input": lambda t, _name: resid.to(t.device, t.dtype), "retain_output": False},
         "out": {"stop": True},
     }
     with TraceDict(modules, options) as traces:
@@ -281,9 +281,8 @@ def _logits(hm, ids, edit=None):
 def _swap(donor, span, m_in, m_out):
     def replace(h, _out):
         mapped = m_in.apply(h.float())
-        return (h.float() + m_out.linear(run_block(donor, *span, mapped.to(donor.model.dtype)).float() - mapped)).to(
-            h.dtype
-        )
+        changed = run_block(donor, *span, mapped).float().to(h.device) - mapped  # the two models may sit apart
+        return (h.float() + m_out.linear(changed)).to(h.dtype)
 
     return replace
 
