@@ -1,8 +1,6 @@
 # Ridge maps of both directions from the two stores (rule stitch_fit).
 import json
 
-import numpy as np
-
 from hybridlens.experiments import stitch
 from hybridlens.runlog import script_log
 from hybridlens.store import read_store, write_store
@@ -19,12 +17,12 @@ with script_log(snakemake.log[0]) as log:
         for name, m in maps.items():
             for part in ("weight", "mean_in", "mean_out"):
                 datasets[f"{receiver}.{name}.{part}"] = getattr(m, part)
-            report.append({"receiver": receiver, "donor": donor, "map": name, "lambda": m.lam, "r2": m.r2})
-            report[-1]["aligned"] = fraction
+            report.append(
+                {"receiver": receiver, "donor": donor, "map": name, "lambda": m.lam, "r2": m.r2, "aligned": fraction}
+            )
             log.info("%s <- %s %s: lambda %g, held-out R2 %.3f", receiver, donor, name, m.lam, m.r2)
         for name, mean in means.items():
             datasets[f"{receiver}.mean_write.{name}"] = mean
-        datasets[f"{receiver}.lambdas"] = np.array([m.lam for m in maps.values()])
     write_store(snakemake.output.maps, datasets, {"map_names": json.dumps(list(maps)), "spans": json.dumps(spans)})
     with open(snakemake.output.fit, "w") as f:
         json.dump({"seed": int(w.seed), "maps": report}, f, indent=1)

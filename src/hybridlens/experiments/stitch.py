@@ -26,6 +26,7 @@ import torch
 from hybridlens.experiments.circuit import Runner
 from hybridlens.experiments.extract import batches_by_length, vocabulary
 from hybridlens.interventions.hooks import TraceDict
+from hybridlens.stats import bootstrap
 from hybridlens.tasks.retrieval import donor_host_pairs, make_prompts
 
 TRANSFERS = ("query", "address", "encode_address")
@@ -209,6 +210,12 @@ def final_rows(data):
     return np.array([rows[-1] for rows in _rows_by_prompt(data).values()])
 
 
+def final_block_writes(data, span):
+    """Each prompt's block write at its final token (stream after `last` minus before `first`), prompt order."""
+    rows, (first, last) = final_rows(data), span
+    return data[f"resid.{last + 1}"][rows] - data[f"resid.{first}"][rows]
+
+
 def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: int = 0):
     """(maps, means, aligned fraction) of one direction (donor -> receiver). maps are keyed "{block}.in",
     "{block}.out" and "query"; means are the receiver's mean writes (every position per block; the final
@@ -223,11 +230,8 @@ def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: in
         maps[f"{block}.out"] = fit_ridge(
             donor[f"resid.{dl + 1}"][di], recv[f"resid.{rl + 1}"][ri], groups, lambdas, seed
         )
-    rf, rl = recv_spans["address"]
-    df, dl = donor_spans["address"]
-    fr, fd = final_rows(recv), final_rows(donor)
-    write_r = recv[f"resid.{rl + 1}"][fr] - recv[f"resid.{rf}"][fr]
-    write_d = donor[f"resid.{dl + 1}"][fd] - donor[f"resid.{df}"][fd]
+    write_r = final_block_writes(recv, recv_spans["address"])
+    write_d = final_block_writes(donor, donor_spans["address"])
     maps["query"] = fit_ridge(write_d, write_r, None, lambdas, seed)
     means = {"query": write_r.mean(0)}
     for block in ("address", "encode_address"):
@@ -287,21 +291,6 @@ def _swap(donor, span, m_in, m_out):
     return replace
 
 
-@torch.no_grad()
-def final_writes(hm, span, prompts, batch_size: int = 32) -> torch.Tensor:
-    """The block's write at each prompt's final token (stream after `last` minus before `first`), [N, D]."""
-    out = [None] * len(prompts)
-    for chunk, ids, _ in batches_by_length(hm, prompts, batch_size):
-        modules = {"in": hm.layers[span[0]], "out": hm.layers[span[1]]}
-        options = {"in": {"retain_input": True, "retain_output": False}, "out": {"stop": True}}
-        with TraceDict(modules, options) as traces:
-            hm.model(ids, logits_to_keep=1)
-        writes = (traces["out"].output[:, -1] - traces["in"].input[:, -1]).float()
-        for j, i in enumerate(chunk):
-            out[i] = writes[j]
-    return torch.stack(out)
-
-
 def _final_edit(hm, span, writes):
     """Edit that replaces the block's final-token write by `writes` [B, D] (earlier positions untouched)."""
 
@@ -326,7 +315,9 @@ def swap_rows(receiver, donor, spans, maps, means, prompts, n_languages: int, se
         raise ValueError("stitching a model with itself: load it twice, one copy as the donor")
     rows = []
     pairs = donor_host_pairs(prompts, seed, n_languages)
-    donor_writes = final_writes(donor, spans["donor"]["address"], [d for d, _ in pairs], batch_size)
+    span = spans["donor"]["address"]
+    donor_data = collect(donor, [d for d, _ in pairs], {"address": span}, batch_size)
+    donor_writes = torch.as_tensor(final_block_writes(donor_data, span))
     for chunk, _, _ in batches_by_length(receiver, [h for _, h in pairs], batch_size):
         run = Runner(receiver, [pairs[i][1] for i in chunk], n_languages)
         entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=run.ids.device)
@@ -378,8 +369,6 @@ def swap_rows(receiver, donor, spans, maps, means, prompts, n_languages: int, se
 def summarize(rows, n_boot: int = 2000):
     """Per (receiver, donor, transfer, condition): the transfer's measure (retrieval accuracy for the block
     swaps, redirect rate for the query vector) with a bootstrap 95 % interval over the items of all seeds."""
-    from hybridlens.stats import bootstrap
-
     groups = {}
     for r in rows:
         groups.setdefault((r["receiver"], r["donor"], r["transfer"], r["condition"]), []).append(r)
