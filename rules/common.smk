@@ -58,6 +58,7 @@ TRAINING_KEYS = [
     "batch_size",
     "lr",
     "extra_queries",
+    "questions",
     "formats",
     "stages",
     "advance",

@@ -14,6 +14,7 @@ from hybridlens.experiments.zoo import (
 from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.vocab import language_forms
 
 ZOO = dict(
     n_languages=2,
@@ -35,6 +36,44 @@ def test_training_batch_targets_are_answers_and_markers(tokenizer):
     assert [words[t] for t in targets[:2]] == [prompts[0].answer, prompts[0].marker]
     assert words[: len(prompts[0].text.split())] == prompts[0].text.split()
     assert len(targets) == 6 and words[targets[2] - 1] == "?"
+
+
+def _questions(tokenizer, prompt, row, targets):
+    """(key, answer) of every question after the first, read back from the token ids."""
+    words, keys = tokenizer.convert_ids_to_tokens(row.tolist()), {k for k, _ in prompt.pairs}
+    return [(next(w for w in reversed(words[:t]) if w in keys), words[t]) for t in targets[2::2].tolist()]
+
+
+@pytest.mark.parametrize("n_pairs", [2, 8])
+def test_distinct_questions_ask_each_other_key_once(tokenizer, n_pairs):
+    prompts = make_prompts(3, 8, n_pairs, "chat")
+    ids, targets = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "distinct")
+    for p, row in zip(prompts, ids, strict=True):
+        asked = _questions(tokenizer, p, row, targets)
+        keys = [k for k, _ in asked]
+        assert len(keys) == min(6, n_pairs - 1) and len(set(keys)) == len(keys)
+        assert p.pairs[p.query][0] not in keys
+        values = {k: v for k, v in p.pairs}
+        assert all(a == language_forms(2)[p.language][values[k]] for k, a in asked)
+
+
+def test_repeated_questions_draw_keys_with_replacement(tokenizer):
+    prompts = make_prompts(3, 8, 2, "list")
+    ids, targets = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "repeat")
+    assert len(targets) == 2 * 7  # six further questions even on a two-pair dictionary
+    for p, row in zip(prompts, ids, strict=True):
+        asked = _questions(tokenizer, p, row, targets)
+        values = {k: v for k, v in p.pairs}
+        assert all(a == language_forms(2)[p.language][values[k]] for k, a in asked)
+    # every key gets asked somewhere, the first question's key included
+    asked = {
+        (p.pairs[p.query][0], k)
+        for p, row in zip(prompts, ids, strict=True)
+        for k, _ in _questions(tokenizer, p, row, targets)
+    }
+    assert any(a == b for a, b in asked) and any(a != b for a, b in asked)
+    with pytest.raises(ValueError, match="unknown questions mode 'random'; use one of"):
+        training_batch(tokenizer, prompts, 6, random.Random(0), 2, "random")
 
 
 def test_short_training_lowers_the_loss(tokenizer):
