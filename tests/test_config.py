@@ -22,6 +22,11 @@ def test_shipped_configs_are_valid(name):
         (["zoo", "stages"], [1], r"config zoo\.stages\.0: 1 is less than the minimum of 2"),
         (["extract", "sites"], ["state"], r"config extract\.sites\.0: 'state' is not one of"),
         (["tasks", "chat8", "format"], "poem", r"config tasks\.chat8\.format: 'poem' is not one of"),
+        (
+            ["models", "granite_toy", "source", "toy", "questions"],
+            "random",
+            r"config models\.granite_toy\.source\.toy\.questions: 'random' is not one of",
+        ),
     ],
 )
 def test_bad_values_name_their_key(path, value, message):

@@ -22,6 +22,7 @@ ZOO = dict(
     batch_size=8,
     lr=3e-3,
     extra_queries=1,
+    questions="distinct",
     formats=["chat"],
     stages=[4],
     advance=0.9,
