@@ -76,6 +76,19 @@ def eval_pairs(wildcards):
     return min(config["zoo"]["eval_pairs"], max(stages))
 
 
+def training_priority(wildcards):
+    """Toys that more experiments wait on train first (qwen_toy's chain is the default run's longest)."""
+    users = [
+        selected("extract", "models", config["models"]),
+        selected("split_prefill", "models", config["models"]),
+        selected("circuit", "models", config["models"]),
+        config["scale"]["models"],
+        [m for pair in config["stitch"]["pairs"] for m in pair],
+        config["hla"]["adapt_models"],
+    ]
+    return 10 + sum(wildcards.model in names for names in users)
+
+
 def training_params(wildcards):
     """What training a toy model depends on (not its gate or evaluation), so changing those keeps the weights."""
     toy = {k: v for k, v in toy_spec(wildcards).items() if k != "gate"}

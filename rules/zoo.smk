@@ -12,8 +12,9 @@ rule train_toy:
         "logs/train_toy/{model}.log",
     benchmark:
         "benchmarks/train_toy/{model}.tsv"
-    # Training gates every experiment on its model: start it before the independent HLA jobs.
-    priority: 10
+    # Training gates every experiment on its model: start it before the independent HLA jobs, and
+    # the toys with the most experiments waiting first.
+    priority: training_priority
     conda:
         "../environment.yml"
     threads: 1
@@ -37,6 +38,7 @@ rule evaluate_toy:
         "logs/evaluate_toy/{model}.log",
     benchmark:
         "benchmarks/evaluate_toy/{model}.tsv"
+    priority: training_priority
     conda:
         "../environment.yml"
     threads: 1

@@ -321,3 +321,21 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
     # A stitching job holds both models: their host memory adds up (16000 + 32000 MB).
     swap = out[out.index("rule stitch_swap:") :].split("\n\n")[0]
     assert "mem_mb=48000" in swap and "gpu=1" in swap
+
+
+def test_default_run_trains_the_toys_most_experiments_wait_on_first(tmp_path):
+    """qwen_toy feeds six experiments, granite_toy four, falcon_toy three, the sweep sizes one: a toy
+    that finishes late holds up the most jobs behind it, so training (and gating) starts with it."""
+    cwd = workdir(tmp_path)
+    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "2"], cwd=cwd, capture_output=True, text=True)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    jobs = re.findall(
+        r"rule (train_toy|evaluate_toy):\n(?:    .*\n)*?    wildcards: model=(\w+)\n    priority: (\d+)", res.stdout
+    )
+    priority = {(rule, model): int(p) for rule, model, p in jobs}
+    assert {m for r, m in priority if r == "train_toy"} == {"qwen_toy", "granite_toy", "falcon_toy"} | {
+        f"qwen_s{i}" for i in range(1, 6)
+    }
+    for rule in ("train_toy", "evaluate_toy"):
+        assert priority[rule, "qwen_toy"] == 16 and priority[rule, "granite_toy"] == 14
+        assert priority[rule, "falcon_toy"] == 13 and priority[rule, "qwen_s3"] == 11
