@@ -36,8 +36,8 @@ def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int
     same dictionary with their answers: many retrieval targets per sequence, so the binding of keys
     to values is learned from a denser signal. The first answer is the evaluated one.
     questions="distinct": min(extra_queries, n_pairs - 1) questions about other keys, each asked once.
-    When every key gets asked, the last answer is the one value not yet given: a shortcut (0.75 on
-    two pairs) that the Qwen3.5 toys leave but the Mamba-2 toys never did (measured).
+    When every key gets asked, the last answer is the one value not yet given: a shortcut worth 0.75
+    on two pairs. Trained on it, the Qwen3.5 toys leave 0.75 but the Mamba-2 toys never did (measured).
     questions="repeat": `extra_queries` keys drawn with replacement: no elimination, and a key asked
     again can be answered from the earlier answer; longer sequences on small dictionaries.
     """
