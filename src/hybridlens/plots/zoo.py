@@ -70,8 +70,10 @@ def plot_eval(table: pd.DataFrame, path):
             for i, g in enumerate(gates):
                 if g > 0:
                     ax.plot([g, g], [i - 0.45, i + 0.45], color="grey", ls="--", lw=1)
-        ax.set(title=f"{metric} ({int(sub['n_pairs'].iloc[0])} pairs)", xlim=(-0.02, 1.02))
-    axes[0].set_yticks(range(len(models)), models)
+        ax.set(title=metric, xlim=(-0.02, 1.02))
+    # Models are evaluated at their own dictionary size (the sweep sizes at 4 pairs, the others at 8).
+    pairs = table.drop_duplicates("model").set_index("model").loc[models, "n_pairs"]
+    axes[0].set_yticks(range(len(models)), [f"{m} ({p} pairs)" for m, p in pairs.items()])
     axes[0].invert_yaxis()
     axes[0].legend(fontsize=7)
     fig.tight_layout()
