@@ -63,6 +63,7 @@ TRAINING_KEYS = [
     "stages",
     "advance",
     "done",
+    "anneal",
 ]
 
 

@@ -1,7 +1,9 @@
+import math
 import random
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hybridlens.experiments.zoo import (
     GateFailed,
@@ -27,6 +29,7 @@ ZOO = dict(
     stages=[4],
     advance=0.9,
     done=0.98,
+    anneal=0,
 )
 
 
@@ -82,6 +85,22 @@ def test_short_training_lowers_the_loss(tokenizer):
     curve = train_toy(model, tokenizer, 100, [2], batch_size=8, lr=3e-3, progress=False, log_every=10)
     first, last = curve[0]["loss"], sum(r["loss"] for r in curve[-2:]) / 2
     assert last < 0.8 * first  # an untrained model stays at ~1.0x
+
+
+def test_anneal_decays_the_learning_rate_to_zero_and_ends_training(tokenizer):
+    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
+    rates = []
+    hook = register_optimizer_step_pre_hook(
+        lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"])
+    )
+    try:
+        curve = train_toy(model, tokenizer, 40, [4], batch_size=4, lr=1e-3, done=1.1, anneal=10, progress=False)
+    finally:
+        hook.remove()
+    # One stage: the last stage begins at step 0, so the decay multiplies the warm-up from the start.
+    expected = [1e-3 * (s + 1) / 50 * 0.5 * (1 + math.cos(math.pi * s / 10)) for s in range(11)]
+    assert rates == pytest.approx(expected, abs=1e-12) and rates[-1] == pytest.approx(0.0, abs=1e-12)
+    assert curve[-1]["step"] == 10
 
 
 def test_saved_model_reloads_through_the_adapter_with_identical_logits(tmp_path):

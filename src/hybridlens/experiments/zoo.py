@@ -7,6 +7,7 @@ check_gate      raise when retrieval is below the threshold
 train_and_save  build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
+import math
 import os
 import random
 import shutil
@@ -76,6 +77,7 @@ def train_toy(
     questions: str = "distinct",
     advance: float = 0.9,
     done: float = 0.98,
+    anneal: int = 0,
     log_every: int = 25,
     progress: bool = True,
 ):
@@ -86,6 +88,9 @@ def train_toy(
     stages[1], and so on; training stops early once the last stage reaches `done`. Retrieval
     emerges abruptly after a plateau whose length varies from seed to seed, so a fixed schedule
     either wastes steps or moves on before the binding is learned.
+    anneal > 0: once the last stage begins, the learning rate decays to zero (cosine) over `anneal`
+    steps and training ends there at the latest. Measured on the Granite toy: its running accuracy
+    on 8 pairs hovers around 0.9-0.95 at a constant rate, and the decay takes it past `done`.
 
     Returns the training curve: rows {step, n_pairs, loss, accuracy}.
     """
@@ -96,7 +101,15 @@ def train_toy(
     vectors = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": matrices, "weight_decay": 0.01}, {"params": vectors, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr)
-    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    final = 0 if len(stages) == 1 else None  # step at which the last stage began
+
+    def schedule(s):
+        factor = min(1.0, (s + 1) / 50)  # warm-up
+        if anneal and final is not None:
+            factor *= 0.5 * (1 + math.cos(math.pi * min(1.0, (s - final) / anneal)))
+        return factor
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     model.train()
     # The running accuracy averages over ~640 prompts whatever the batch (0.9 per step at 64): at batch 16 a
     # per-step 0.9 let a lucky stretch end training early (4-pair list retrieval 0.89 held out, measured).
@@ -113,7 +126,7 @@ def train_toy(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        warmup.step()
+        scheduler.step()
         answers = slice(0, None, 2)  # targets alternate answer, marker
         acc = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float().mean().item()
         ema = (1 - weight) * ema + weight * acc
@@ -125,6 +138,11 @@ def train_toy(
                 curve.append({"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc})
                 break
             stage, ema = stage + 1, 0.0
+            if stage == len(stages) - 1:
+                final = step
+        if anneal and final is not None and step - final >= anneal:  # learning rate is down to zero
+            curve.append({"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc})
+            break
     model.eval()
     return curve
 
@@ -194,6 +212,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         formats=zoo["formats"],
         advance=zoo["advance"],
         done=zoo["done"],
+        anneal=toy.get("anneal", zoo["anneal"]),
         progress=progress,
     )
     out_dir = Path(out_dir)
