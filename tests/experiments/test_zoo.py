@@ -90,9 +90,7 @@ def test_short_training_lowers_the_loss(tokenizer):
 def test_anneal_decays_the_learning_rate_to_zero_and_ends_training(tokenizer):
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
     rates = []
-    hook = register_optimizer_step_pre_hook(
-        lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"])
-    )
+    hook = register_optimizer_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
     try:
         curve = train_toy(model, tokenizer, 40, [4], batch_size=4, lr=1e-3, done=1.1, anneal=10, progress=False)
     finally:
