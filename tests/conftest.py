@@ -25,7 +25,7 @@ def tokenizer():
 
 @torch.no_grad()
 def audible(model):
-    """build_toy_model starts Granite's Mamba branches silent (zero norm gain: a training choice); the
+    """build_toy_model starts Granite's and Falcon-H1's Mamba branches silent (zero norm gain: a training choice); the
     intervention tests need every mixer to write something, so their random models get gain 1 back."""
     for name, p in model.named_parameters():
         if name.endswith("mamba.norm.weight"):
