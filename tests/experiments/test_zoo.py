@@ -101,6 +101,14 @@ def test_anneal_decays_the_learning_rate_to_zero_and_ends_training(tokenizer):
     assert curve[-1]["step"] == 10
 
 
+def test_a_toy_spec_overrides_the_zoo_stopping_rules(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2}
+    assert train_and_save("qwen3_5", {**spec, "done": 0.0}, ZOO, tmp_path / "a", False)[-1]["step"] == 0
+    assert train_and_save("qwen3_5", {**spec, "anneal": 3}, ZOO, tmp_path / "b", False)[-1]["step"] == 3
+    assert train_and_save("qwen3_5", spec, {**ZOO, "anneal": 4}, tmp_path / "c", False)[-1]["step"] == 4
+    assert train_and_save("qwen3_5", spec, ZOO, tmp_path / "d", False)[-1]["step"] == ZOO["steps"] - 1
+
+
 def test_saved_model_reloads_through_the_adapter_with_identical_logits(tmp_path):
     train_and_save("granitemoehybrid", {"hidden_size": 24, "layout": "LLA", "heads": 2}, ZOO, tmp_path, False)
     hm = load_model(tmp_path)

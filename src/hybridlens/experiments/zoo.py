@@ -211,7 +211,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         questions=toy.get("questions", zoo["questions"]),
         formats=zoo["formats"],
         advance=zoo["advance"],
-        done=zoo["done"],
+        done=toy.get("done", zoo["done"]),
         anneal=toy.get("anneal", zoo["anneal"]),
         progress=progress,
     )
