@@ -92,8 +92,8 @@ class Family:
                 attention_multiplier=head_dim**-0.5,  # Granite's default 1.0 saturates toy attention
             )
         # With its Mamba-2 RMSNorm on (after the gate, as in Granite; a FalconH1Config option, off by
-        # default) and started silent by init_toy, a Falcon-H1 toy binds keys to values; without it
-        # none did within 3000 steps (measured, see config/config.yaml).
+        # default) and started silent by init_toy, a Falcon-H1 toy can bind keys to values (seed 0 after
+        # ~2300 steps); without it none we tried did within 2000-3000 steps (see config/config.yaml).
         return FalconH1Config(
             **common, **mamba, mamba_d_ssm=2 * hidden_size, mamba_rms_norm=True, mamba_norm_before_gate=False
         )
@@ -106,8 +106,8 @@ class Family:
         Mamba layer writes unit-RMS noise into the residual stream: measured on a hidden-48 toy,
         norm 1.3 per layer against 0.14 for the token embedding. The attention layers then never
         learn to copy a value (at chance after 800 steps). A zero norm gain starts the branch
-        silent, as Falcon-H1's and Qwen3.5's mixers effectively start, and it learns to copy
-        within ~400 steps. The Falcon-H1 toy's Mamba-2 gets the same norm and the same silent start.
+        silent, as Qwen3.5's mixers effectively start, and it learns to copy within ~400 steps.
+        The Falcon-H1 toy's Mamba-2 gets the same norm (see toy_config) and the same silent start.
         """
         if self.name in ("granitemoehybrid", "falcon_h1"):
             for layer in model.model.layers:
