@@ -4,6 +4,7 @@ import random
 import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+from transformers import AutoModelForCausalLM
 
 from hybridlens.experiments.zoo import (
     GateFailed,
@@ -13,7 +14,7 @@ from hybridlens.experiments.zoo import (
     train_toy,
     training_batch,
 )
-from hybridlens.models.adapter import HybridModel, load_model
+from hybridlens.models.adapter import FAMILIES, HybridModel, load_model
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import language_forms
@@ -148,3 +149,30 @@ def test_a_fresh_toy_writes_little_into_the_residual_stream_from_its_linear_mixe
         assert res.captured[site].norm(dim=-1).mean() < 0.5 * embedding, site
     if family != "qwen3_5":  # the Mamba-2 branches start exactly silent (zero gain on their gated norm)
         assert all(res.captured[site].abs().max() == 0 for site in sites)
+
+
+@pytest.mark.parametrize("family, layout", [("qwen3_5", "LLA"), ("granitemoehybrid", "LLA"), ("falcon_h1", "PP")])
+def test_shorter_training_chunks_leave_the_logits_unchanged(tokenizer, family, layout):
+    """Toys train with shorter scan chunks than transformers' 64 (less padding on CPU); the chunked
+    scans are exact, so the logits must equal those of 64-token chunks on sequences spanning several."""
+    model = build_toy_model(family, len(tokenizer), 32, layout, heads=2).eval()
+    with torch.no_grad():  # the Mamba-2 branches start silent; give them a voice so the test sees their scan
+        for name, p in model.named_parameters():
+            if name.endswith("mamba.norm.weight"):
+                p.fill_(1.0)
+    prompts = make_prompts(3, 4, 8, "chat", 2)
+    ids, _ = training_batch(tokenizer, prompts, 3, random.Random(0), 2)
+    assert ids.shape[1] > 64
+    fast = FAMILIES[family].toy_forward_kwargs(model)
+    if family == "qwen3_5":
+        assert fast == {"chunk_size": 16}
+        reference = model
+    else:
+        assert fast == {} and model.config.mamba_chunk_size == 32
+        config = model.config.__class__.from_dict({**model.config.to_dict(), "mamba_chunk_size": 64})
+        reference = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+        reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected = reference(ids).logits
+        assert torch.allclose(model(ids, **fast).logits, expected, atol=1e-4)
+        assert expected.std() > 0.1

@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from hybridlens.interventions.cache import greedy
+from hybridlens.models.adapter import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
 from hybridlens.tasks.vocab import VALUES, language_forms
@@ -110,6 +111,7 @@ def train_toy(
         return factor
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    fast = family_of(model.config.model_type).toy_forward_kwargs(model)
     model.train()
     # The running accuracy averages over ~640 prompts whatever the batch (0.9 per step at 64): at batch 16 a
     # per-step 0.9 let a lucky stretch end training early (4-pair list retrieval 0.89 held out, measured).
@@ -120,7 +122,7 @@ def train_toy(
         n_pairs = stages[stage]
         prompts = make_prompts(rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages)
         ids, targets = training_batch(tokenizer, prompts, extra_queries, rng, n_languages, questions)
-        logits = model(ids[:, :-1]).logits[:, targets - 1]  # predictions of every answer and marker
+        logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every answer and marker
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
         opt.zero_grad()
         loss.backward()

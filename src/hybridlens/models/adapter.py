@@ -79,7 +79,9 @@ class Family:
             mamba_n_heads=heads,
             mamba_d_head=2 * hidden_size // heads,
             mamba_d_state=d_state,
-            mamba_chunk_size=64,
+            # The plain-PyTorch Mamba-2 scan pads each sequence to whole chunks; the toys' 20-90-token
+            # prompts waste less at 32 (measured: a Falcon-H1 toy's training step 0.29 -> 0.18 s at 96 tokens).
+            mamba_chunk_size=32,
         )
         if self.name == "granitemoehybrid":
             return GraniteMoeHybridConfig(
@@ -113,6 +115,18 @@ class Family:
             for layer in model.model.layers:
                 if getattr(layer, self.linear, None) is not None:
                     getattr(layer, self.linear).norm.weight.zero_()
+
+    def toy_forward_kwargs(self, model) -> dict:
+        """Extra forward arguments that make training a toy cheaper without changing its outputs.
+
+        transformers' plain-PyTorch Gated DeltaNet pads every sequence to 64-token chunks; the toys'
+        prompts are 20-90 tokens, so 16-token chunks do the same arithmetic on less padding (measured,
+        8-layer toy: a training step 0.75 -> 0.52 s at 84 tokens, 0.35 -> 0.19 s at 32). Only on CPU:
+        fla's CUDA kernels take no chunk size.
+        """
+        if self.name == "qwen3_5" and model.device.type == "cpu":
+            return {"chunk_size": 16}
+        return {}
 
     def logit_scale(self, config) -> float:
         if self.name == "granitemoehybrid":
