@@ -121,8 +121,8 @@ class Family:
 
         transformers' plain-PyTorch Gated DeltaNet pads every sequence to 64-token chunks; the toys'
         prompts are 20-90 tokens, so 16-token chunks do the same arithmetic on less padding (measured,
-        8-layer toy: a training step 0.75 -> 0.52 s at 84 tokens, 0.35 -> 0.19 s at 32). Only on CPU:
-        fla's CUDA kernels take no chunk size.
+        8-layer toy: a training step 0.75 -> 0.52 s at 84 tokens, 0.35 -> 0.19 s at 32). Only on CPU,
+        where that scan always runs; on CUDA transformers may call fla's kernel, which chunks on its own.
         """
         if self.name == "qwen3_5" and model.device.type == "cpu":
             return {"chunk_size": 16}
