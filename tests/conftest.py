@@ -33,6 +33,12 @@ def audible(model):
 
 
 @pytest.fixture(scope="session")
+def make_audible():
+    """audible, for tests that build their own toy models."""
+    return audible
+
+
+@pytest.fixture(scope="session")
 def saved_models(tmp_path_factory, tokenizer):
     """family -> directory of a random-weight model saved with save_pretrained (+ tokenizer)."""
     out = {}
