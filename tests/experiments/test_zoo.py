@@ -36,11 +36,12 @@ ZOO = dict(
 
 def test_training_batch_targets_are_answers_and_markers(tokenizer):
     prompts = make_prompts(0, 4, 4, "chat")
-    ids, targets = training_batch(tokenizer, prompts, 2, random.Random(0), 2)
+    ids, targets, answers = training_batch(tokenizer, prompts, 2, random.Random(0), 2)
     words = tokenizer.convert_ids_to_tokens(ids[0].tolist())
     assert [words[t] for t in targets[:2]] == [prompts[0].answer, prompts[0].marker]
     assert words[: len(prompts[0].text.split())] == prompts[0].text.split()
     assert len(targets) == 6 and words[targets[2] - 1] == "?"
+    assert answers.tolist() == [True, False] * 3
 
 
 def _questions(tokenizer, prompt, row, targets):
@@ -52,7 +53,7 @@ def _questions(tokenizer, prompt, row, targets):
 @pytest.mark.parametrize("n_pairs", [2, 8])
 def test_distinct_questions_ask_each_other_key_once(tokenizer, n_pairs):
     prompts = make_prompts(3, 8, n_pairs, "chat")
-    ids, targets = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "distinct")
+    ids, targets, _ = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "distinct")
     for p, row in zip(prompts, ids, strict=True):
         asked = _questions(tokenizer, p, row, targets)
         keys = [k for k, _ in asked]
@@ -64,7 +65,7 @@ def test_distinct_questions_ask_each_other_key_once(tokenizer, n_pairs):
 
 def test_repeated_questions_draw_keys_with_replacement(tokenizer):
     prompts = make_prompts(3, 8, 2, "list")
-    ids, targets = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "repeat")
+    ids, targets, _ = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "repeat")
     assert len(targets) == 2 * 7  # six further questions even on a two-pair dictionary
     for p, row in zip(prompts, ids, strict=True):
         asked = _questions(tokenizer, p, row, targets)
@@ -79,6 +80,28 @@ def test_repeated_questions_draw_keys_with_replacement(tokenizer):
     assert any(a == b for a, b in asked) and any(a != b for a, b in asked)
     with pytest.raises(ValueError, match="unknown questions mode 'random'; use one of"):
         training_batch(tokenizer, prompts, 6, random.Random(0), 2, "random")
+
+
+@pytest.mark.parametrize("fmt, syntax", [("chat", ["k", "=", "v", ","]), ("list", ["*", "k", "=", "v"])])
+def test_recitals_repeat_the_dictionary_in_new_orders_with_every_value_a_target(tokenizer, fmt, syntax):
+    prompts = make_prompts(3, 8, 4, fmt)
+    ids, targets, answers = training_batch(tokenizer, prompts, 2, random.Random(0), 2, "recite")
+    assert len(targets) == 2 + 2 * 4 and answers.tolist() == [True, False] + [True] * 8
+    reordered = []
+    for p, row in zip(prompts, ids, strict=True):
+        words = tokenizer.convert_ids_to_tokens(row.tolist())
+        values = {k: language_forms(2)[p.language][v] for k, v in p.pairs}
+        recited = words[len(p.text.split()) + 2 :]
+        for r in range(2):  # each recital: "." then four items in the prompt's pair syntax
+            recital = recited[r * 17 : (r + 1) * 17]
+            items = [recital[1 + 4 * i : 5 + 4 * i] for i in range(4)]
+            assert recital[0] == "." and all(item[syntax.index("=")] == "=" for item in items)
+            keys = [item[syntax.index("k")] for item in items]
+            assert sorted(keys) == sorted(values)  # every key once per recital
+            assert all(item[syntax.index("v")] == values[item[syntax.index("k")]] for item in items)
+            reordered.append(keys != [k for k, _ in p.pairs])
+        assert [words[t] for t in targets[2:].tolist()] == [w for w in recited if w in values.values()]
+    assert any(reordered)  # recitals are reshuffled, not the prompt's order
 
 
 def test_short_training_lowers_the_loss(tokenizer):
@@ -158,7 +181,7 @@ def test_shorter_training_chunks_leave_the_logits_unchanged(tokenizer, make_audi
     model = build_toy_model(family, len(tokenizer), 32, layout, heads=2).eval()
     make_audible(model)  # the Mamba-2 branches start silent; the test must see their scan
     prompts = make_prompts(3, 4, 8, "chat", 2)
-    ids, _ = training_batch(tokenizer, prompts, 3, random.Random(0), 2)
+    ids, _, _ = training_batch(tokenizer, prompts, 3, random.Random(0), 2)
     assert ids.shape[1] > 64
     fast = FAMILIES[family].toy_forward_kwargs(model)
     if family == "qwen3_5":
