@@ -16,8 +16,8 @@ def plot_training(curves: dict, path):
     for name, df in curves.items():
         axes[0].plot(df["step"], df["loss"], label=name)
         axes[1].plot(df["step"], df["accuracy"].rolling(4, min_periods=1).mean(), label=name)
-    axes[0].set(xlabel="step", ylabel="training loss", yscale="log", title="loss (answer + marker)")
-    axes[1].set(xlabel="step", ylabel="batch answer accuracy", ylim=(0, 1.02), title="answer accuracy (every question)")
+    axes[0].set(xlabel="step", ylabel="training loss", yscale="log", title="loss (every target)")
+    axes[1].set(xlabel="step", ylabel="batch answer accuracy", ylim=(0, 1.02), title="accuracy (every answer target)")
     axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
