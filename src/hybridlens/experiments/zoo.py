@@ -1,6 +1,6 @@
 """Train and evaluate the toy zoo.
 
-training_batch  prompts followed by their answers and further questions, with target positions
+training_batch  prompts followed by their answers and further questions or recitals, with target positions
 train_toy       train a toy model on seeded retrieval prompts with an adaptive curriculum
 evaluate_model  held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate      raise when retrieval is below the threshold
@@ -138,7 +138,7 @@ def train_toy(
         n_pairs = stages[stage]
         prompts = make_prompts(rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages)
         ids, targets, answers = training_batch(tokenizer, prompts, extra_queries, rng, n_languages, questions)
-        logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every answer and marker
+        logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every target
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
         opt.zero_grad()
         loss.backward()
