@@ -37,3 +37,17 @@ def test_bad_values_name_their_key(path, value, message):
     node[path[-1]] = value
     with pytest.raises(ConfigError, match=message + r".*config/schema\.yaml"):
         check_config(config, SCHEMA)
+
+
+def test_zoo_defaults_are_the_shipped_config():
+    # The zoo section only concerns toys: a config that leaves one of its keys out must get the value
+    # config.yaml ships (tuned and measured), not an older one. Other sections' defaults suit real models.
+    zoo = yaml.safe_load(SCHEMA.read_text())["properties"]["zoo"]["properties"]
+    shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())["zoo"]
+    assert set(shipped) == set(zoo)
+    differ = [
+        f"zoo.{k}: schema {p['default']!r}, config.yaml {shipped[k]!r}"
+        for k, p in zoo.items()
+        if p["default"] != shipped[k]
+    ]
+    assert not differ, "\n".join(differ)
