@@ -4,6 +4,7 @@
 
 include: "rules/common.smk"
 include: "rules/zoo.smk"
+include: "rules/realshape.smk"
 include: "rules/extract.smk"
 include: "rules/split_prefill.smk"
 include: "rules/circuit.smk"

@@ -11,7 +11,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-from hybridlens.models.adapter import FAMILIES
+from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 
 TOYS = {"qwen3_5": (64, "LLLALLLA"), "granitemoehybrid": (48, "LLLA"), "falcon_h1": (48, "PPPP")}

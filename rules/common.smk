@@ -1,10 +1,12 @@
 # Validation, wildcard constraints, input functions and the final-output list.
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 from snakemake.utils import validate
 
 from hybridlens.config import check_config
+from hybridlens.models.families import FAMILIES, check_family
 
 # A preset passed with --configfile is a whole config (it replaces the toy registry, not merges into it).
 if not workflow.overwrite_configfiles:
@@ -38,17 +40,69 @@ def canonical(value):
 
 
 def is_toy(model):
-    return isinstance(config["models"][model]["source"], dict)
+    return (
+        isinstance(config["models"][model]["source"], dict)
+        and "toy" in config["models"][model]["source"]
+    )
+
+
+def is_realshape(model):
+    source = config["models"][model]["source"]
+    return isinstance(source, dict) and "realshape" in source
+
+
+def names_regex(names):
+    """A wildcard constraint that matches exactly these registry names (none: nothing)."""
+    return "|".join(names) or "(?!)"
 
 
 def toy_models():
     return [m for m in config["models"] if is_toy(m)]
 
 
+def realshape_models():
+    return [m for m in config["models"] if is_realshape(m)]
+
+
+def realshape_config(model):
+    """The published config a real-shape entry names: a file of config/real-configs/, or a path."""
+    name = config["models"][model]["source"]["realshape"]["config"]
+    path = Path(name) if "/" in name else Path("config/real-configs") / name
+    return str(path)
+
+
+def check_families():
+    """A registry family must be the checkpoint's: checked here for every config.json that exists before the
+    run (real-shape entries' published configs, local checkpoint directories); hub ids are checked on load.
+    """
+    for name, entry in config["models"].items():
+        if is_toy(name):
+            continue
+        path = (
+            Path(realshape_config(name))
+            if is_realshape(name)
+            else Path(entry["source"]) / "config.json"
+        )
+        if is_realshape(name) and not path.is_file():
+            raise ValueError(
+                f"config models.{name}.source.realshape.config: {path} does not exist; "
+                "name a file of config/real-configs/ or a path to a published config.json"
+            )
+        if path.is_file():
+            model_type = json.loads(path.read_text()).get("model_type")
+            check_family(model_type, entry["family"], f"config models.{name} ({path})")
+
+
+check_families()
+
+
 def model_input(wildcards):
-    """A toy model comes from train_toy (after its accuracy gate); a real one is loaded by source."""
+    """A toy model comes from train_toy (after its accuracy gate), a real-shape one from build_realshape;
+    a real one is loaded by source."""
     if is_toy(wildcards.model):
         return f"results/models/{wildcards.model}/eval.json"
+    if is_realshape(wildcards.model):
+        return f"results/models/{wildcards.model}/config.json"
     return []
 
 
@@ -104,16 +158,17 @@ def training_params(wildcards):
 
 
 def model_source(wildcards):
-    if is_toy(wildcards.model):
+    if is_toy(wildcards.model) or is_realshape(wildcards.model):
         return f"results/models/{wildcards.model}"
     return config["models"][wildcards.model]["source"]
 
 
 def model_params(wildcards):
-    """What load_model needs: source, dtype, device, device_map."""
+    """What load_model needs: source, family, dtype, device, device_map."""
     m = config["models"][wildcards.model]
     return {
         "source": model_source(wildcards),
+        "family": m["family"],
         "dtype": m.get("dtype", "float32"),
         "device": m.get("device", "cpu"),
         "device_map": canonical(m.get("device_map")),
@@ -195,12 +250,13 @@ check_scale_models()
 
 
 def check_adapt_models():
-    """HLA replaces Gated DeltaNet mixers: only Qwen3.5-family registry entries can be adapted."""
+    """HLA replaces Gated DeltaNet mixers: only registry entries of a family with them can be adapted."""
     for name in config["hla"]["adapt_models"]:
-        if config["models"].get(name, {}).get("family") != "qwen3_5":
+        family = FAMILIES.get(config["models"].get(name, {}).get("family"))
+        if family is None or not family.hla:
             raise ValueError(
-                f"config hla.adapt_models: {name!r} is not a qwen3_5 model of the registry; "
-                "HLA replaces Gated DeltaNet mixers, so list Qwen3.5-family models only"
+                f"config hla.adapt_models: {name!r} is not a registry model with Gated DeltaNet mixers; "
+                f"HLA replaces them, so list models of the families {[f for f in FAMILIES if FAMILIES[f].hla]}"
             )
 
 

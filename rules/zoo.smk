@@ -2,7 +2,6 @@
 
 
 rule train_toy:
-    # Build a toy model of the configured family and train it on the retrieval tasks.
     output:
         config="results/models/{model}/config.json",
         weights="results/models/{model}/model.safetensors",
@@ -12,6 +11,9 @@ rule train_toy:
         "logs/train_toy/{model}.log",
     benchmark:
         "benchmarks/train_toy/{model}.tsv"
+    # Build a toy model of the configured family and train it on the retrieval tasks.
+    wildcard_constraints:
+        model=names_regex(toy_models()),
     # Training gates every experiment on its model: start it before the independent HLA jobs, and
     # the toys with the most experiments waiting first.
     priority: training_priority
@@ -28,7 +30,6 @@ rule train_toy:
 
 
 rule evaluate_toy:
-    # Held-out retrieval / language / persona; fails below the accuracy gate.
     input:
         config=rules.train_toy.output.config,
         weights=rules.train_toy.output.weights,
@@ -38,6 +39,9 @@ rule evaluate_toy:
         "logs/evaluate_toy/{model}.log",
     benchmark:
         "benchmarks/evaluate_toy/{model}.tsv"
+    # Held-out retrieval / language / persona; fails below the accuracy gate.
+    wildcard_constraints:
+        model=names_regex(toy_models()),
     priority: training_priority
     conda:
         "../environment.yml"

@@ -18,6 +18,6 @@ with script_log(snakemake.log[0]) as log:
     data = extract(hm, prompts, list(dict.fromkeys(sites)), cfg["position_set"], cfg["batch_size"])
     pd.DataFrame(logit_lens(hm, data)).to_csv(snakemake.output.lens, sep="\t", index=False)
     keep = {k: v for k, v in data.items() if not k.endswith("layer_out") or "layer_out" in cfg["sites"]}
-    attrs = provenance(hm.source, snakemake.params.config_hash, hm.tokenizer, task["seed"])
+    attrs = provenance(hm.source, snakemake.params.config_hash, hm.tokenizer, task["seed"], hm.model.dtype)
     write_store(snakemake.output.h5, keep, attrs | {"kinds": ",".join(hm.kinds)}, cfg["dtype"])
     log.info("stored %d datasets for %d prompts", len(keep), len(prompts))

@@ -20,5 +20,8 @@ with script_log(snakemake.log[0]) as log:
             spans = stitch.blocks(json.load(f))
         data = stitch.collect(hm, prompts, spans, s["batch_size"])
         log.info("%s: blocks %s, %d token rows", hm.source, spans, len(data["prompt"]))
-        attrs = provenance(hm.source, s, hm.tokenizer, seed) | {"blocks": json.dumps(spans), "split": "fit"}
+        attrs = provenance(hm.source, s, hm.tokenizer, seed, hm.model.dtype) | {
+            "blocks": json.dumps(spans),
+            "split": "fit",
+        }
         write_store(snakemake.output[side], data, attrs)

@@ -11,7 +11,7 @@ import traceback
 
 # Errors that mean "your input is wrong", as opposed to a bug: shown as one line.
 from hybridlens.experiments.zoo import GateFailed
-from hybridlens.models.adapter import UnsupportedModel
+from hybridlens.models.families import UnsupportedModel
 from hybridlens.store import StoreError
 
 USER_ERRORS = (GateFailed, UnsupportedModel, StoreError, ValueError, LookupError)

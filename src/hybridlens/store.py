@@ -4,6 +4,7 @@ write_store     datasets (site name -> [prompts, positions, d_model] array) + at
 read_store      the same back, exactly; a truncated or corrupt file raises StoreError naming its path
 provenance      the attributes every file records (model, config hash, tokenizer hash, versions, seed)
 atomic_path     context manager: a temporary name in the same directory, fsynced and renamed on success
+save_checkpoint  a model and its tokenizer saved with save_pretrained into a temporary directory, then moved
 StoreError
 """
 
@@ -27,8 +28,9 @@ def sha256_json(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def provenance(model_source: str, config: dict, tokenizer=None, seed=None) -> dict:
-    """Attributes for a store: model source, config hash, tokenizer hash, library versions, seed."""
+def provenance(model_source: str, config: dict, tokenizer=None, seed=None, source_dtype=None) -> dict:
+    """Attributes for a store: model source, config hash, tokenizer hash, library versions, seed, and the
+    model's own dtype (a bfloat16 model's activations are stored as float32 or float16)."""
     import tokenizers
     import torch
     import transformers
@@ -53,6 +55,8 @@ def provenance(model_source: str, config: dict, tokenizer=None, seed=None) -> di
         attrs["tokenizer_hash"] = sha256_json(sorted(tokenizer.get_vocab().items()))
     if seed is not None:
         attrs["seed"] = int(seed)
+    if source_dtype is not None:
+        attrs["source_dtype"] = str(source_dtype).removeprefix("torch.")
     return attrs
 
 
@@ -85,6 +89,24 @@ def atomic_path(path):
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def save_checkpoint(out_dir, model, tokenizer, **save_kwargs):
+    """save_pretrained into a temporary directory beside `out_dir`, then move every file into place, so an
+    interrupted run leaves no half-written weights."""
+    import shutil
+    import tempfile
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_MARK, dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp, **save_kwargs)
+        tokenizer.save_pretrained(tmp)
+        for f in tmp.iterdir():
+            os.replace(f, out_dir / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _dataset_path(name: str) -> str:

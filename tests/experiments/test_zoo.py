@@ -14,7 +14,8 @@ from hybridlens.experiments.zoo import (
     train_toy,
     training_batch,
 )
-from hybridlens.models.adapter import FAMILIES, HybridModel, load_model
+from hybridlens.models.adapter import HybridModel, load_model
+from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import language_forms

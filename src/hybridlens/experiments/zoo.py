@@ -8,18 +8,15 @@ train_and_save  build, train and save_pretrained one toy model (+ tokenizer) fro
 """
 
 import math
-import os
 import random
-import shutil
-import tempfile
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from hybridlens.interventions.cache import greedy
-from hybridlens.models.adapter import family_of
+from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.store import save_checkpoint
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
 from hybridlens.tasks.vocab import VALUES, language_forms
 
@@ -233,14 +230,5 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         anneal=toy.get("anneal", zoo["anneal"]),
         progress=progress,
     )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out_dir.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        for f in tmp.iterdir():
-            os.replace(f, out_dir / f.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    save_checkpoint(out_dir, model, tokenizer, safe_serialization=True)
     return curve

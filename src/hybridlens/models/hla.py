@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hybridlens.models.adapter import FAMILIES
+from hybridlens.models.families import FAMILIES
 
 MODES = ("hla", "fixed", "gdn")
 GDN_SLOT = FAMILIES["qwen3_5"].linear  # where a Qwen3.5 decoder layer keeps its GatedDeltaNet (the adapter knows)

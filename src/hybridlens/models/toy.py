@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from hybridlens.models.adapter import FAMILIES
+from hybridlens.models.families import FAMILIES
 from hybridlens.tasks.vocab import KEYS, NEUTRAL, PERSONAS, language_forms
 
 SPECIALS = ["<pad>", "<unk>", "<eos>"]

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-WEAK = 0.2  # intact accuracy below this: the localization describes noise
+from hybridlens.plots import WEAK, weak_note
 
 # Conditions in reading order: the Address block's transplants, then the controls.
 CONDITIONS = [
@@ -49,7 +49,7 @@ def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFram
         address = "none before the reader" if adr["group"] is None else f"G{adr['group']}"
         title = f"{model}\nEncode G{enc['group']}, Address {address}, reader L{rd['layer']}.h{rd['head']}"
         if c["intact"]["accuracy"] < WEAK:  # a model that does not retrieve has no circuit to find
-            title += f"\n(intact accuracy {c['intact']['accuracy']:.2f}: not meaningful)"
+            title += "\n" + weak_note(c["intact"]["accuracy"])
         ax.set_title(title, fontsize=8)
         ax.set_ylabel("retrieval accuracy", fontsize=8)
         ax.legend(fontsize=6)

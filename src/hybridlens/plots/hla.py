@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from hybridlens.plots import WEAK, weak_note
 from hybridlens.stats import bootstrap, wilson
 
 COLOURS = {"gdn": "#555555", "fixed": "#e08a00", "hla": "#1b6ca8"}
@@ -53,7 +54,10 @@ def plot_adapt(table: pd.DataFrame, path):
         model, phase = name.split(":")
         t = macro[macro["mode"] == name].sort_values("length")
         colour, marker = styles.get(phase, (None, "o"))
-        ax.plot(t["length"], t["accuracy"], marker=marker, color=colour, label=f"{model} {phase}")
+        label = f"{model} {phase}"
+        if phase == "before" and t["accuracy"].max() < WEAK:  # the model does not do the task to begin with
+            label += " " + weak_note(t["accuracy"].max(), "best")
+        ax.plot(t["length"], t["accuracy"], marker=marker, color=colour, label=label)
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("context length")

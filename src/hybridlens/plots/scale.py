@@ -10,9 +10,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from hybridlens.plots import WEAK, weak_note
+
 
 def _size_label(row):
-    return f"{row['model']}\n{row['layers']}L·d{row['hidden_size']}·{row['parameters'] / 1e6:.2f}M"
+    label = f"{row['model']}\n{row['layers']}L·d{row['hidden_size']}·{row['parameters'] / 1e6:.2f}M"
+    if row["intact_accuracy"] < WEAK:
+        label += "\n" + weak_note(row["intact_accuracy"], "intact")
+    return label
 
 
 def _grid(sizes, table, column, value):

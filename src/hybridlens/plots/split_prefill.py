@@ -8,8 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from hybridlens.plots import WEAK, weak_note
+
 PROPERTIES = ("retrieval", "language", "persona")
-WEAK = 0.2  # full-cache rates below this make retention meaningless (the model does not do the task)
 COLOURS = {"retrieval": "#1b6ca8", "language": "#e08a00", "persona": "#5b9a3c"}
 
 
@@ -39,7 +40,10 @@ def plot_retention(table: pd.DataFrame, path):
                 alpha=0.3 if weak else 1.0,
                 hatch="//" if weak else None,
             )
-        ax.set_title(f"{model}\nfull cache: " + ", ".join(f"{p[:4]} {full[p]:.2f}" for p in PROPERTIES), fontsize=8)
+        title = f"{model}\nfull cache: " + ", ".join(f"{p[:4]} {full[p]:.2f}" for p in PROPERTIES)
+        if full.max() < WEAK:  # no property survives even the full cache: the model does not do the task
+            title += "\n" + weak_note(full.max(), "best full-cache rate")
+        ax.set_title(title, fontsize=8)
         ax.set_xticks(x, [c.replace("_", "\n") for c in conditions], fontsize=7)
         ax.axhline(1, color="grey", lw=0.6, ls="--")
         ax.set_ylim(0, 1.3)

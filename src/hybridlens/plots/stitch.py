@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybridlens.plots.circuit import WEAK
+from hybridlens.plots import WEAK, weak_note
 
 TRANSFER_LABELS = {
     "query": "query vector\n(redirect to A)",
@@ -43,7 +43,7 @@ def plot_stitch(summary: pd.DataFrame, path):
         title = f"{donor} → {receiver}\n(test-split keys, {n} items, 95% bootstrap CI)"
         intact = d.loc[("address", "intact"), "rate"]
         if intact < WEAK:  # a receiver that does not retrieve has nothing to restore
-            title += f"\nreceiver's intact accuracy {intact:.2f}: not meaningful"
+            title += "\n" + weak_note(intact, "receiver's intact accuracy")
         ax.set_title(title, fontsize=8)
         ax.set_ylabel("rate", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()
