@@ -10,7 +10,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
 
 
-@pytest.mark.parametrize("name", ["config/config.yaml", "config/presets/paper.yaml", "tests/config/config.yaml"])
+SHIPPED = [
+    "config/config.yaml",
+    "config/presets/paper.yaml",
+    "config/presets/realshape.yaml",
+    "tests/config/config.yaml",
+]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_configs_are_valid(name):
     check_config(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
 
@@ -51,3 +59,22 @@ def test_zoo_defaults_are_the_shipped_config():
         if p["default"] != shipped[k]
     ]
     assert not differ, "\n".join(differ)
+
+
+def test_schema_lists_every_family_the_adapter_knows():
+    from hybridlens.models.families import FAMILIES
+
+    family = yaml.safe_load(SCHEMA.read_text())["definitions"]["model"]["properties"]["family"]
+    assert family["enum"] == list(FAMILIES)
+
+
+def test_real_configs_are_the_shared_copies():
+    """config/real-configs/ ships the published files so a clone builds real-shape checkpoints anywhere; it must
+    stay byte-equal to the project's shared copy where that is present."""
+    shared = ROOT.parent / "shared" / "real-configs"
+    if not shared.is_dir():
+        pytest.skip("no ../shared/real-configs beside this checkout")
+    ours = ROOT / "config" / "real-configs"
+    assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in shared.iterdir())
+    for p in shared.iterdir():
+        assert (ours / p.name).read_bytes() == p.read_bytes(), p.name

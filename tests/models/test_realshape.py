@@ -204,3 +204,17 @@ def test_split_prefill_identities(shape):
     pos = torch.arange(start, start + question.shape[1])[None].expand(question.shape[0], -1)
     fresh = hm.model(question, position_ids=pos).logits[:, -1]
     assert_close(alone, fresh, dtype)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["Qwen__Qwen3.5-35B-A3B", "Qwen__Qwen3.5-9B"])
+def test_hla_converts_every_gdn_mixer_and_all_gates_one_is_the_original(built, name):
+    from hybridlens.models.hla import HLALayer, to_hla
+
+    hm = load_model(built(name)[0])  # 9B: grouped value heads (16 key : 32 value)
+    ids = _ids(hm)
+    before = hm.model(ids).logits
+    to_hla(hm.model, "gdn", chunk=16, bucket=4)
+    converted = [i for i, layer in enumerate(hm.layers) if isinstance(getattr(layer, "linear_attn", None), HLALayer)]
+    assert converted == hm.linear_layers()
+    assert (hm.model(ids).logits - before).abs().max().item() <= 1e-4

@@ -318,9 +318,9 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert counts["stitch_acts"] == counts["stitch_fit"] == "3" and counts["stitch_swap"] == "6"
     assert counts["scale"] == "6" and counts["plot_stitch"] == "1"
-    # A stitching job holds both models: their host memory adds up (16000 + 32000 MB).
+    # A stitching job holds both models: their host memory adds up (8000 + 21000 MB).
     swap = out[out.index("rule stitch_swap:") :].split("\n\n")[0]
-    assert "mem_mb=48000" in swap and "gpu=1" in swap
+    assert "mem_mb=29000" in swap and "gpu=1" in swap
 
 
 def test_default_run_trains_the_toys_most_experiments_wait_on_first(tmp_path):

@@ -19,6 +19,6 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def snakemake(cwd, *args, **kw):
-    cmd = [SNAKEMAKE, "--cores", "2", "--configfile", "tests/config/config.yaml", *args]
+def snakemake(cwd, *args, configfile="tests/config/config.yaml", **kw):
+    cmd = [SNAKEMAKE, "--cores", "2", "--configfile", configfile, *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kw)

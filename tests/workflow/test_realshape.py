@@ -1,0 +1,91 @@
+"""The real-shape preset end to end: the paper preset's eight models as random-weight checkpoints with their
+published structure, built by the pipeline and run through every experiment in bfloat16."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+import yaml
+from wf import snakemake, workdir
+
+from hybridlens.store import read_store
+
+PRESET = "config/presets/realshape.yaml"
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory):
+    cwd = workdir(tmp_path_factory.mktemp("realshape"))
+    res = snakemake(cwd, "--workflow-profile", "profiles/local", configfile=PRESET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return cwd
+
+
+def _cfg(cwd):
+    return yaml.safe_load((cwd / PRESET).read_text())
+
+
+def test_checkpoints_are_saved_as_the_hub_stores_them(rs):
+    cfg = _cfg(rs)
+    for name, entry in cfg["models"].items():
+        out = rs / "results/models" / name
+        published = json.loads((rs / "config/real-configs" / entry["source"]["realshape"]["config"]).read_text())
+        saved = json.loads((out / "config.json").read_text())
+        assert saved["architectures"] == published["architectures"] and saved["model_type"] == published["model_type"]
+        shards = set(json.loads((out / "model.safetensors.index.json").read_text())["weight_map"].values())
+        assert len(shards) >= 2 and all((out / s).is_file() for s in shards)
+        assert (out / "generation_config.json").is_file() and (out / "chat_template.jinja").is_file()
+
+
+def test_every_experiment_ran_on_every_model_it_names(rs):
+    cfg = _cfg(rs)
+    lens = pd.read_csv(rs / "results/tables/logit_lens_chat2.tsv", sep="\t")
+    assert list(dict.fromkeys(lens["model"])) == cfg["extract"]["models"]
+    split = pd.read_csv(rs / "results/tables/split_prefill_retention.tsv", sep="\t")
+    assert list(dict.fromkeys(split["model"])) == cfg["split_prefill"]["models"]
+    sizes = pd.read_csv(rs / "results/scale/sizes.tsv", sep="\t")
+    assert list(sizes["model"]) == cfg["scale"]["models"]  # all six Qwen3.5 shapes, 35B-A3B included
+    assert sizes.set_index("model").loc["qwen3_5_35b_a3b", "groups"] == "0-1-2 4-5-6"
+    for name in cfg["circuit"]["models"]:
+        circuit = json.loads((rs / f"results/circuit/{name}/circuit.json").read_text())
+        assert circuit["intact"]["accuracy"] < 0.2  # random weights do not retrieve; the figures say so
+        if circuit["address"]["group"] is not None:  # the identity transplant is exact up to bfloat16 rounding
+            assert 0 <= circuit["identity_max_abs_d_change"] <= 0.25
+    stitch = pd.read_csv(rs / "results/stitch/qwen3_5_0_8b--granite_4_0_h_tiny/summary.tsv", sep="\t")
+    assert set(stitch["receiver"]) == {"qwen3_5_0_8b", "granite_4_0_h_tiny"}
+    adapt = pd.read_csv(rs / "results/tables/hla_adapt.tsv", sep="\t")
+    assert {m.split(":")[1] for m in adapt["mode"]} == {"before", "gdn_finetuned", "converted", "after"}
+
+
+def test_stores_keep_float32_and_record_the_bfloat16_source(rs):
+    data, attrs = read_store(rs / "results/activations/qwen3_5_35b_a3b/chat2.h5")
+    assert attrs["source_dtype"] == "bfloat16"
+    assert {a.dtype.name for k, a in data.items() if k.startswith("layers.")} == {"float32"}
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "checkpoint",
+            r"registry says family 'granitemoehybrid', but the checkpoint's model_type 'qwen3_5' is family "
+            r"'qwen3_5'; set family: qwen3_5",
+        ),
+        ({"realshape": {"config": "Qwen__Qwen3.5-0.8B.config.json"}}, r"registry says family 'granitemoehybrid'"),
+        ({"realshape": {"config": "Qwen__Qwen3.5-1B.config.json"}}, r"Qwen3.5-1B.config.json does not exist"),
+    ],
+)
+def test_a_registry_family_is_checked_against_the_checkpoint_before_any_job(tmp_path, source, message):
+    cwd = workdir(tmp_path / "wf")
+    if source == "checkpoint":  # a local checkpoint directory: its config.json is read when the workflow parses
+        source = str(tmp_path / "ckpt")
+        (tmp_path / "ckpt").mkdir()
+        (tmp_path / "ckpt/config.json").write_text(json.dumps({"model_type": "qwen3_5"}))
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    cfg["models"]["mislabelled"] = {"family": "granitemoehybrid", "source": source}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(cwd, "-n")
+    assert res.returncode != 0
+    assert re.search(r"config models\.mislabelled.*" + message, res.stdout + res.stderr)
+    assert not (cwd / "results/models").exists()
