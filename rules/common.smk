@@ -67,7 +67,7 @@ def realshape_models():
 def realshape_config(model):
     """The published config a real-shape entry names: a file of config/real-configs/, or a path."""
     name = config["models"][model]["source"]["realshape"]["config"]
-    path = Path(name) if "/" in name else Path("config/real-configs") / name
+    path = Path(name) if len(Path(name).parts) > 1 else Path("config/real-configs") / name
     return str(path)
 
 

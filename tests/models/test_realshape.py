@@ -213,8 +213,23 @@ def test_hla_converts_every_gdn_mixer_and_all_gates_one_is_the_original(built, n
 
     hm = load_model(built(name)[0])  # 9B: grouped value heads (16 key : 32 value)
     ids = _ids(hm)
-    before = hm.model(ids).logits
+    before = hm.model(ids, use_cache=False).logits
     to_hla(hm.model, "gdn", chunk=16, bucket=4)
     converted = [i for i, layer in enumerate(hm.layers) if isinstance(getattr(layer, "linear_attn", None), HLALayer)]
     assert converted == hm.linear_layers()
-    assert (hm.model(ids).logits - before).abs().max().item() <= 1e-4
+    assert (hm.model(ids, use_cache=False).logits - before).abs().max().item() <= 1e-4
+
+
+def test_command_writes_a_checkpoint_and_refuses_bad_sizes_in_one_line(tmp_path, capsys):
+    from hybridlens.models.realshape import main
+
+    config = str(REAL_CONFIGS / "Qwen__Qwen3.5-35B-A3B.config.json")
+    main([config, str(tmp_path / "q"), "--layers", "12", "--experts", "4", "--dtype", "float32"])
+    saved = json.loads((tmp_path / "q/config.json").read_text())["text_config"]
+    assert (saved["num_hidden_layers"], saved["num_experts"], saved["num_experts_per_tok"]) == (12, 4, 2)
+    assert "Qwen3_5MoeForConditionalGeneration" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main([config, str(tmp_path / "bad"), "--layers", "6"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("repeats every 4 layers; use a multiple of 4")
+    assert not (tmp_path / "bad").exists()

@@ -124,7 +124,7 @@ def _width_step(text: dict) -> int:
     return step
 
 
-def realshape_config(published: dict, layers=None, hidden=None, vocab=4096, experts=8, chunk=32, vision=True) -> dict:
+def realshape_config(published: dict, layers=None, hidden=None, vocab=4096, experts=8, chunk=32) -> dict:
     """A scaled-down copy of a published config dict; every structural field not scaled is kept as published.
 
     layers: a whole number of periods of the layer pattern (default: two periods, at least four layers).
@@ -167,8 +167,7 @@ def realshape_config(published: dict, layers=None, hidden=None, vocab=4096, expe
     text["vocab_size"] = vocab
     if "vision_config" in config:
         vis = config["vision_config"]
-        if vision:
-            vis.update(SMALL_VISION)
+        vis.update(SMALL_VISION)
         vis["out_hidden_size"] = hidden
         vis["deepstack_visual_indexes"] = [i for i in vis.get("deepstack_visual_indexes", []) if i < vis["depth"]]
     return config
@@ -191,7 +190,6 @@ def build_tokenizer(template: str | None, roles: dict, vocab_size: int = 4096):
     from transformers import PreTrainedTokenizerFast
 
     specials = list(dict.fromkeys([*roles.values(), *SPECIAL_RE.findall(template or "")]))
-    specials += [t for t in TOKEN_FIELDS.values() if template and t not in specials and "vision" in template]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -206,16 +204,15 @@ def build_tokenizer(template: str | None, roles: dict, vocab_size: int = 4096):
 
 
 def _set_token_ids(config: dict, tokenizer, config_eos: str | None):
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.convert_tokens_to_ids(config_eos) if config_eos else tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    ids |= {k: tokenizer.convert_tokens_to_ids(t) for k, t in TOKEN_FIELDS.items() if t in tokenizer.get_vocab()}
-    for part in (config, config.get("text_config", {})):
-        for key, value in ids.items():
-            if key in part or (key in ("bos_token_id", "eos_token_id", "pad_token_id") and part is _text(config)):
-                part[key] = value
+    """Point every token-id field at this tokenizer's token: bos/eos/pad in the text config, and the wrapper's
+    vision placeholders where the config has them."""
+    text = _text(config)
+    text["bos_token_id"] = tokenizer.bos_token_id
+    text["eos_token_id"] = tokenizer.convert_tokens_to_ids(config_eos) if config_eos else tokenizer.eos_token_id
+    text["pad_token_id"] = tokenizer.pad_token_id
+    for key, token in TOKEN_FIELDS.items():
+        if key in config:
+            config[key] = tokenizer.convert_tokens_to_ids(token)
 
 
 def _set_dtype(config: dict, dtype: str):
@@ -242,8 +239,6 @@ def build_realshape(
     spec = PUBLISHERS[org]
     template = (REAL_CONFIGS / spec["template"]).read_text() if spec["template"] else None
     tokenizer = build_tokenizer(template, spec["tokens"], vocab)
-    if len(tokenizer) > vocab:
-        raise ValueError(f"--vocab {vocab}: the tokenizer has {len(tokenizer)} tokens; use at least that many")
     config = realshape_config(published, layers, hidden, vocab, experts, chunk)
     dtype = dtype or _text(published).get("dtype") or published.get("torch_dtype") or "bfloat16"
     _set_dtype(config, dtype)
@@ -274,9 +269,12 @@ def main(argv=None):
     parser.add_argument("--dtype", help="storage dtype (default: the published one)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    model, _ = build_realshape(
-        args.config, args.out_dir, args.layers, args.hidden, args.vocab, args.experts, args.seed, args.dtype
-    )
+    try:
+        model, _ = build_realshape(
+            args.config, args.out_dir, args.layers, args.hidden, args.vocab, args.experts, args.seed, args.dtype
+        )
+    except (ValueError, OSError) as err:  # a bad size or path: one line, no traceback
+        parser.error(str(err))
     n = sum(p.numel() for p in model.parameters())
     print(f"{args.out_dir}: {type(model).__name__}, {n / 1e6:.2f} M parameters")
 
