@@ -67,7 +67,9 @@ def realshape_models():
 def realshape_config(model):
     """The published config a real-shape entry names: a file of config/real-configs/, or a path."""
     name = config["models"][model]["source"]["realshape"]["config"]
-    path = Path(name) if len(Path(name).parts) > 1 else Path("config/real-configs") / name
+    path = (
+        Path(name) if len(Path(name).parts) > 1 else Path("config/real-configs") / name
+    )
     return str(path)
 
 
@@ -76,6 +78,11 @@ def check_families():
     run (real-shape entries' published configs, local checkpoint directories); hub ids are checked on load.
     """
     for name, entry in config["models"].items():
+        if is_toy(name) and not FAMILIES[entry["family"]].toy:
+            raise ValueError(
+                f"config models.{name}.family: {entry['family']} has no toy model; toys are of the families "
+                f"{[f for f in FAMILIES if FAMILIES[f].toy]}"
+            )
         if is_toy(name):
             continue
         path = (

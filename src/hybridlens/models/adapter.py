@@ -1,4 +1,4 @@
-"""The one place that knows model families.
+"""The model view; what each family is lives in models/families.py, and only these two modules know it.
 
 load_model     model + tokenizer from a hub id or local directory (safetensors only, no remote code)
 HybridModel    one view of Qwen3.5 / Granite-4.0-H / Falcon-H1: layer kinds, groups, modules per site,

@@ -21,12 +21,16 @@ class Family:
     attention: str  # decoder-layer attribute of softmax attention
     final_norm: str  # attribute of the base model
     hla: bool = False  # its linear mixers are Gated DeltaNet, which HLA can convert
+    toy: bool = True  # the toy zoo can build a model of it (toy_config below)
 
     def toy_config(self, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, d_state: int = 16):
         """A small config of this family's real transformers class.
 
         layout: one letter per layer, L = linear, A = attention, P = parallel (Falcon-H1 only).
         """
+        if not self.toy:
+            toys = [f for f, fam in FAMILIES.items() if fam.toy]
+            raise ValueError(f"family {self.name} has no toy model; toys are of the families {toys}")
         allowed = "P" if self.name == "falcon_h1" else "LA"
         if not layout or set(layout) - set(allowed):
             raise ValueError(f"toy layout {layout!r} for family {self.name}: use only the letters {allowed!r}")
@@ -121,7 +125,9 @@ FAMILIES = {
     for f in (
         Family("qwen3_5", ("qwen3_5", "qwen3_5_text"), "linear_attn", "self_attn", "norm", hla=True),
         # Qwen3.5-35B-A3B: the same decoder layers with a sparse MoE block (routed + shared experts) as MLP.
-        Family("qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text"), "linear_attn", "self_attn", "norm", hla=True),
+        Family(
+            "qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text"), "linear_attn", "self_attn", "norm", hla=True, toy=False
+        ),
         Family("granitemoehybrid", ("granitemoehybrid",), "mamba", "self_attn", "norm"),
         Family("falcon_h1", ("falcon_h1",), "mamba", "self_attn", "final_layernorm"),
     )
