@@ -90,6 +90,8 @@ def test_structure_is_kept_while_width_depth_vocabulary_and_experts_shrink():
         realshape_config(published("Qwen__Qwen3.5-0.8B"), layers=6)
     with pytest.raises(ValueError, match="needs a multiple of 24"):
         realshape_config(published("ibm-granite__granite-4.0-h-tiny"), hidden=64)
+    nemotron = realshape_config(published("nvidia__Nemotron-H-8B-Base-8K"))  # no period shorter than its depth
+    assert nemotron["hybrid_override_pattern"] == published("nvidia__Nemotron-H-8B-Base-8K")["hybrid_override_pattern"]
 
 
 def test_qwen_checkpoint_keeps_the_wrapper_weight_names_experts_and_the_real_template(built):
@@ -232,4 +234,8 @@ def test_command_writes_a_checkpoint_and_refuses_bad_sizes_in_one_line(tmp_path,
         main([config, str(tmp_path / "bad"), "--layers", "6"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith("repeats every 4 layers; use a multiple of 4")
+    with pytest.raises(SystemExit):
+        main([config, str(tmp_path / "bad"), "--vocab", "512"])
+    err = capsys.readouterr().err
+    assert "task words (e.g. " in err and err.strip().endswith("use --vocab 1024 or more")
     assert not (tmp_path / "bad").exists()

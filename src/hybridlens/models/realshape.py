@@ -108,8 +108,10 @@ def period(pattern) -> int:
 
 
 def _default_layers(pattern) -> int:
+    """Two periods and at least four layers, never deeper than published (a pattern without a shorter period,
+    such as Nemotron-H's, keeps its whole depth)."""
     p = period(pattern)
-    return p * max(2, math.ceil(4 / p))
+    return min(len(pattern), p * max(2, math.ceil(4 / p)))
 
 
 def _width_step(text: dict) -> int:
@@ -183,6 +185,12 @@ def _task_corpus(n: int = 400) -> list[str]:
     return texts
 
 
+def _task_words() -> list[str]:
+    from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
+
+    return list(dict.fromkeys(KEYS + VALUES + [w for table in language_forms(2) for w in table.values()]))
+
+
 def build_tokenizer(template: str | None, roles: dict, vocab_size: int = 4096):
     """A byte-level BPE (as Qwen, Granite and Falcon-H1 ship) trained on the task text and some English, with
     the template's special tokens (every `<|...|>` and `<tag>` it writes) and the publisher's bos/eos/pad."""
@@ -239,6 +247,12 @@ def build_realshape(
     spec = PUBLISHERS[org]
     template = (REAL_CONFIGS / spec["template"]).read_text() if spec["template"] else None
     tokenizer = build_tokenizer(template, spec["tokens"], vocab)
+    split = [w for w in _task_words() if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) != 1]
+    if split:  # keys and answers must be single tokens, or the experiments run out of words
+        raise ValueError(
+            f"--vocab {vocab}: {len(split)} of the {len(_task_words())} task words (e.g. {split[0]!r}) are several "
+            "tokens in the trained BPE; use --vocab 1024 or more"
+        )
     config = realshape_config(published, layers, hidden, vocab, experts, chunk)
     dtype = dtype or _text(published).get("dtype") or published.get("torch_dtype") or "bfloat16"
     _set_dtype(config, dtype)
