@@ -23,7 +23,14 @@ from hybridlens.experiments import scale
 from hybridlens.experiments.circuit import Runner, triples
 from hybridlens.experiments.extract import extract
 from hybridlens.models.adapter import HybridModel
-from hybridlens.models.realshape import PUBLISHERS, REAL_CONFIGS, build_tokenizer, layer_pattern, publisher
+from hybridlens.models.realshape import (
+    ATTENTION_TYPES,
+    PUBLISHERS,
+    REAL_CONFIGS,
+    build_tokenizer,
+    layer_pattern,
+    publisher,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -85,8 +92,8 @@ def count_parameters(config):
 def cache_bytes(config, tokens, dtype_bytes):
     """Attention KV for `tokens` plus recurrent and conv states (float32 states, as transformers keeps them)."""
     kinds = layer_pattern(config.to_dict())
-    attention = sum(t in ("full_attention", "attention", "*", "parallel") for t in kinds)
-    linear = sum(t not in ("full_attention", "attention", "*") for t in kinds)
+    attention = sum(t in (*ATTENTION_TYPES, "parallel") for t in kinds)  # a parallel layer holds both
+    linear = sum(t not in ATTENTION_TYPES for t in kinds)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv = 2 * attention * config.num_key_value_heads * head_dim * tokens * dtype_bytes
     if hasattr(config, "linear_num_value_heads"):  # Gated DeltaNet: dk x dv per value head

@@ -64,7 +64,8 @@ WIDTH_KEYS = (
 )
 EXPERT_KEYS = ("num_experts", "num_local_experts")
 SMALL_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2}
-ATTENTION_TYPES = {"attention", "full_attention", "*"}
+# Layer types that are softmax attention, in the fields layer_pattern reads (Nemotron-H writes "*").
+ATTENTION_TYPES = ("attention", "full_attention", "*")
 SPECIAL_RE = re.compile(r"<\|[a-z_]+\|>|</?[a-z_]+>")
 
 # Ordinary English, so that the BPE learns merges for text outside the task (template text, prose).
