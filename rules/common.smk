@@ -1,5 +1,5 @@
 # Validation, wildcard constraints, input functions and the final-output list.
-import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -7,6 +7,7 @@ from snakemake.utils import validate
 
 from hybridlens.config import check_config
 from hybridlens.models.families import FAMILIES, check_family
+from hybridlens.models.source import check_source, read_config
 
 # A preset passed with --configfile is a whole config (it replaces the toy registry, not merges into it).
 if not workflow.overwrite_configfiles:
@@ -73,34 +74,38 @@ def realshape_config(model):
     return str(path)
 
 
-def check_families():
-    """A registry family must be the checkpoint's: checked here for every config.json that exists before the
-    run (real-shape entries' published configs, local checkpoint directories); hub ids are checked on load.
+def check_sources():
+    """Every registry entry's source, before any job runs: a toy's family must have a toy, a real-shape
+    entry's published config must exist and be of its family, and a real checkpoint must be one (config,
+    family, every shard, every header, a tokenizer). A hub id is asked of the hub, once, by the main process.
     """
     for name, entry in config["models"].items():
+        where = f"config models.{name}.source"
         if is_toy(name) and not FAMILIES[entry["family"]].toy:
             raise ValueError(
                 f"config models.{name}.family: {entry['family']} has no toy model; toys are of the families "
                 f"{[f for f in FAMILIES if FAMILIES[f].toy]}"
             )
-        if is_toy(name):
-            continue
-        path = (
-            Path(realshape_config(name))
-            if is_realshape(name)
-            else Path(entry["source"]) / "config.json"
-        )
-        if is_realshape(name) and not path.is_file():
-            raise ValueError(
-                f"config models.{name}.source.realshape.config: {path} does not exist; "
-                "name a file of config/real-configs/ or a path to a published config.json"
+        if is_realshape(name):
+            path = Path(realshape_config(name))
+            if not path.is_file():
+                raise ValueError(
+                    f"{where}.realshape.config: {path} does not exist; "
+                    "name a file of config/real-configs/ or a path to a published config.json"
+                )
+            model_type = read_config(path, f"{where}.realshape.config").get(
+                "model_type"
             )
-        if path.is_file():
-            model_type = json.loads(path.read_text()).get("model_type")
             check_family(model_type, entry["family"], f"config models.{name} ({path})")
+        elif not is_toy(name):
+            hub = not Path(entry["source"]).expanduser().exists()
+            if hub and not workflow.is_main_process:
+                continue
+            for note in check_source(entry["source"], entry["family"], where):
+                print(f"hybridlens: {note}", file=sys.stderr)
 
 
-check_families()
+check_sources()
 
 
 def model_input(wildcards):

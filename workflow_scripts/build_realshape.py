@@ -1,10 +1,11 @@
 # Write a random-weight checkpoint with a published model's structure (rule build_realshape).
-from pathlib import Path
-
-from hybridlens.models.realshape import build_realshape
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    from pathlib import Path
+
+    from hybridlens.models.realshape import build_realshape
+
     model, tokenizer = build_realshape(
         snakemake.input.published, Path(snakemake.output.config).parent, **snakemake.params.spec
     )

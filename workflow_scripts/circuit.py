@@ -1,14 +1,15 @@
 # Encode–Address circuit on one model: localization, query and state transplants (rule circuit).
-import json
-
-import pandas as pd
-import torch
-
-from hybridlens.experiments.circuit import identity_error, localize_reference, summarize, transplant_all, triples
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import json
+
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments.circuit import identity_error, localize_reference, summarize, transplant_all, triples
+    from hybridlens.models.adapter import load_model
+
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
     hm = load_model(**snakemake.params.model)

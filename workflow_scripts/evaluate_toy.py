@@ -1,13 +1,14 @@
 # Evaluate a trained toy model on held-out prompts and apply the accuracy gate (rule evaluate_toy).
-import json
-
-import torch
-
-from hybridlens.experiments.zoo import check_gate, evaluate_model
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import json
+
+    import torch
+
+    from hybridlens.experiments.zoo import check_gate, evaluate_model
+    from hybridlens.models.adapter import load_model
+
     torch.set_num_threads(snakemake.threads)
     zoo, gate = snakemake.params.zoo, snakemake.params.gate
     hm = load_model(snakemake.params.source)

@@ -1,13 +1,14 @@
 # Extract activations for one (model, prompt set) into HDF5, plus the logit-lens table.
-import pandas as pd
-import torch
-
-from hybridlens.experiments.extract import extract, logit_lens, prompt_set
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
-from hybridlens.store import provenance, write_store
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments.extract import extract, logit_lens, prompt_set
+    from hybridlens.models.adapter import load_model
+    from hybridlens.store import provenance, write_store
+
     torch.set_num_threads(snakemake.threads)
     task, cfg = snakemake.params.task, snakemake.params.extract
     hm = load_model(**snakemake.params.model)

@@ -1,13 +1,14 @@
 # Adapt a trained Qwen3.5-architecture model to HLA and evaluate before and after (rule hla_adapt).
-import pandas as pd
-import torch
-
-from hybridlens.experiments import longbench
-from hybridlens.experiments.long_context import adapt
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments import longbench
+    from hybridlens.experiments.long_context import adapt
+    from hybridlens.models.adapter import load_model
+
     torch.set_num_threads(snakemake.threads)
     s = snakemake.params.settings
     lb = s.get("longbench", {})

@@ -1,11 +1,12 @@
 # One from-scratch long-context model: train, then evaluate the suite at every length (rule hla_scratch).
-import pandas as pd
-import torch
-
-from hybridlens.experiments.long_context import Symbols, build, evaluate, train
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments.long_context import Symbols, build, evaluate, train
+
     torch.set_num_threads(snakemake.threads)
     s, mode, seed = snakemake.params.settings, snakemake.wildcards.mode, int(snakemake.wildcards.seed)
     sym = Symbols.synthetic(s["symbols"], s["symbols"], 16)

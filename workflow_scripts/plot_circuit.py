@@ -1,9 +1,4 @@
 # Circuit figure from the per-model tables (rule plot_circuit).
-import json
-
-import pandas as pd
-
-from hybridlens.plots.circuit import plot_circuit
 from hybridlens.runlog import script_log
 
 
@@ -14,7 +9,13 @@ def read(path, model):
         return pd.DataFrame({"model": []})
 
 
-with script_log(snakemake.log[0]):
+with script_log(snakemake):
+    import json
+
+    import pandas as pd
+
+    from hybridlens.plots.circuit import plot_circuit
+
     models = snakemake.params.models
     circuits = {}
     for m, f in zip(models, snakemake.input.circuit, strict=True):

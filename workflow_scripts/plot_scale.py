@@ -1,10 +1,11 @@
 # One scale figure from the tables across sizes (rule plot_scale).
-import pandas as pd
-
-from hybridlens.plots.scale import FIGURES
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]):
+with script_log(snakemake):
+    import pandas as pd
+
+    from hybridlens.plots.scale import FIGURES
+
     tables = {
         name: pd.read_csv(path, sep="\t")
         for name, path in zip(("sizes", "profile", "transplant", "blocking"), snakemake.input, strict=True)

@@ -1,10 +1,11 @@
 # Split-prefill figures and the sample table (rules plot_split_retention, plot_state_swap, split_prefill_samples).
-import pandas as pd
-
-from hybridlens.plots.split_prefill import plot_retention, plot_state_swap
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]):
+with script_log(snakemake):
+    import pandas as pd
+
+    from hybridlens.plots.split_prefill import plot_retention, plot_state_swap
+
     models = snakemake.params.models
     table = pd.concat([pd.read_csv(f, sep="\t").assign(model=m) for m, f in zip(models, snakemake.input, strict=True)])
     table.to_csv(snakemake.output.tsv, sep="\t", index=False)

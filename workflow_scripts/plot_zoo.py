@@ -1,13 +1,14 @@
 # Zoo figures from the training curves and evaluation files (rule plot_zoo).
-import json
-from pathlib import Path
-
-import pandas as pd
-
-from hybridlens.plots.zoo import eval_table, plot_eval, plot_training
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]):
+with script_log(snakemake):
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from hybridlens.plots.zoo import eval_table, plot_eval, plot_training
+
     names = snakemake.params.names
     curves = {n: pd.read_csv(f) for n, f in zip(names, snakemake.input.curves, strict=True)}
     evals = {n: json.loads(Path(f).read_text()) for n, f in zip(names, snakemake.input.evals, strict=True)}

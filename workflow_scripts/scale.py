@@ -1,15 +1,16 @@
 # Scale sweep on one model: readers, removal profile, group transplants, blocking, verdict (rule scale).
-import json
-
-import pandas as pd
-import torch
-
-from hybridlens.experiments import scale
-from hybridlens.experiments.circuit import localize_reference, triples
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import json
+
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments import scale
+    from hybridlens.experiments.circuit import localize_reference, triples
+    from hybridlens.models.adapter import load_model
+
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
     hm = load_model(**snakemake.params.model)

@@ -1,8 +1,4 @@
 # Scale tables across sizes, smallest first (rule scale_tables).
-import json
-
-import pandas as pd
-
 from hybridlens.runlog import script_log
 
 
@@ -13,7 +9,11 @@ def read(path, model):
         return pd.DataFrame({"model": []})
 
 
-with script_log(snakemake.log[0]):
+with script_log(snakemake):
+    import json
+
+    import pandas as pd
+
     models, out = snakemake.params.models, snakemake.output
     sizes = []
     for m, f in zip(models, snakemake.input.summary, strict=True):

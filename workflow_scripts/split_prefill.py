@@ -1,13 +1,14 @@
 # Split-prefill and state-swap on one model (rule split_prefill).
-import pandas as pd
-import torch
-
-from hybridlens.experiments.split_prefill import attribution, make_items, retention, run_items
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
-from hybridlens.tasks.vocab import PERSONAS
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments.split_prefill import attribution, make_items, retention, run_items
+    from hybridlens.models.adapter import load_model
+    from hybridlens.tasks.vocab import PERSONAS
+
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
     markers = s["persona_markers"] or {p: [m] for p, m in PERSONAS.items()}

@@ -1,14 +1,15 @@
 # Residual streams at both models' block boundaries on the fit split's prompts, one HDF5 store each (rule stitch_acts).
-import json
-
-import torch
-
-from hybridlens.experiments import stitch
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
-from hybridlens.store import provenance, write_store
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import json
+
+    import torch
+
+    from hybridlens.experiments import stitch
+    from hybridlens.models.adapter import load_model
+    from hybridlens.store import provenance, write_store
+
     torch.set_num_threads(snakemake.threads)
     s, n_languages, seed = snakemake.params.settings, snakemake.params.n_languages, int(snakemake.wildcards.seed)
     models = {side: load_model(**snakemake.params.models[side]) for side in ("a", "b")}

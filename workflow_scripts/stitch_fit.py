@@ -1,11 +1,12 @@
 # Ridge maps of both directions from the two stores (rule stitch_fit).
-import json
-
-from hybridlens.experiments import stitch
 from hybridlens.runlog import script_log
-from hybridlens.store import read_store, write_store
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import json
+
+    from hybridlens.experiments import stitch
+    from hybridlens.store import read_store, write_store
+
     w = snakemake.wildcards
     stores = {w.a: read_store(snakemake.input.a), w.b: read_store(snakemake.input.b)}
     spans = {m: {k: tuple(v) for k, v in json.loads(attrs["blocks"]).items()} for m, (_, attrs) in stores.items()}

@@ -1,15 +1,16 @@
 # The three transfers into one receiver, with controls, on the test split (rule stitch_swap).
-import json
-
-import pandas as pd
-import torch
-
-from hybridlens.experiments import stitch
-from hybridlens.models.adapter import load_model
 from hybridlens.runlog import script_log
-from hybridlens.store import read_store
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import json
+
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments import stitch
+    from hybridlens.models.adapter import load_model
+    from hybridlens.store import read_store
+
     torch.set_num_threads(snakemake.threads)
     w, s, n_languages = snakemake.wildcards, snakemake.params.settings, snakemake.params.n_languages
     seed = int(w.seed)

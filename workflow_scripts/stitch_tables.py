@@ -1,12 +1,13 @@
 # Stitching tables of one pair: rates with intervals, and the maps' fit report (rule stitch_tables).
-import json
-
-import pandas as pd
-
-from hybridlens.experiments import stitch
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]):
+with script_log(snakemake):
+    import json
+
+    import pandas as pd
+
+    from hybridlens.experiments import stitch
+
     rows = pd.concat([pd.read_csv(f) for f in snakemake.input.rows]).to_dict("records")
     pd.DataFrame(stitch.summarize(rows)).to_csv(snakemake.output.summary, sep="\t", index=False)
     fits = []

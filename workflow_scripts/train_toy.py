@@ -1,11 +1,12 @@
 # Train one toy model and save it with save_pretrained (snakemake rule train_toy).
-import pandas as pd
-import torch
-
-from hybridlens.experiments.zoo import train_and_save
 from hybridlens.runlog import script_log
 
-with script_log(snakemake.log[0]) as log:
+with script_log(snakemake) as log:
+    import pandas as pd
+    import torch
+
+    from hybridlens.experiments.zoo import train_and_save
+
     torch.set_num_threads(snakemake.threads)
     t = snakemake.params.training
     curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=snakemake.output.config.rsplit("/", 1)[0])

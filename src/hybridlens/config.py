@@ -9,8 +9,10 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from hybridlens.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A config value the schema refuses."""
 
 

@@ -1,7 +1,7 @@
 """Logging for workflow scripts.
 
-script_log   send stderr and logging to a rule's log file; a bad-input error also reaches the console
-             as one line, so the user sees what to fix without opening the log
+script_log   send stderr and logging to a rule's log file; any exception writes its traceback there and
+             one line to the console: the rule, its wildcards, what went wrong and the fix or the log path
 """
 
 import contextlib
@@ -9,25 +9,38 @@ import logging
 import sys
 import traceback
 
-# Errors that mean "your input is wrong", as opposed to a bug: shown as one line.
-from hybridlens.experiments.zoo import GateFailed
-from hybridlens.models.families import UnsupportedModel
-from hybridlens.store import StoreError
+from hybridlens.errors import UserError
 
-USER_ERRORS = (GateFailed, UnsupportedModel, StoreError, ValueError, LookupError)
+
+def _job(smk) -> str:
+    wildcards = ", ".join(f"{k}={v}" for k, v in dict(smk.wildcards.items()).items())
+    return f"{smk.rule} ({wildcards})" if wildcards else smk.rule
+
+
+def failure_line(err: BaseException, job: str, log_path) -> str:
+    """A UserError's message already says what to fix; anything else is a bug or an environment problem,
+    whose first line is shown with the log that holds the traceback."""
+    if isinstance(err, UserError):
+        return f"hybridlens: {job}: {err}"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"hybridlens: {job} failed: {type(err).__name__}: {first} (traceback in {log_path})"
 
 
 @contextlib.contextmanager
-def script_log(path):
+def script_log(smk):
+    """Run a script's body with its log open. Import the heavy modules inside the block, so that even an
+    import error lands in the log instead of leaving it empty."""
+    path = smk.log[0]
     console = sys.stderr
     with open(path, "w") as log:
         sys.stderr = log
         logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
         try:
             yield logging.getLogger("hybridlens")
-        except USER_ERRORS as err:
+        except Exception as err:
             traceback.print_exc(file=log)
-            print(f"hybridlens: {err}", file=console)
+            log.flush()
+            print(failure_line(err, _job(smk), path), file=console)
             sys.exit(1)
         finally:
             sys.stderr = console

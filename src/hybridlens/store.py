@@ -17,10 +17,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from hybridlens.errors import UserError
+
 TMP_MARK = ".tmp-"
 
 
-class StoreError(OSError):
+class StoreError(UserError, OSError):
     """An HDF5 store that cannot be read back."""
 
 

@@ -13,6 +13,7 @@ import random
 import torch
 from tqdm import tqdm
 
+from hybridlens.errors import UserError
 from hybridlens.interventions.cache import greedy
 from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model
@@ -21,7 +22,7 @@ from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
 from hybridlens.tasks.vocab import VALUES, language_forms
 
 
-class GateFailed(RuntimeError):
+class GateFailed(UserError):
     """A trained model does not retrieve well enough for the experiments to mean anything."""
 
 

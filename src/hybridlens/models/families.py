@@ -8,8 +8,10 @@ check_family    the same, refusing a registry `family` that names another one
 
 from dataclasses import dataclass
 
+from hybridlens.errors import UserError
 
-class UnsupportedModel(ValueError):
+
+class UnsupportedModel(UserError, ValueError):
     """A model hybridlens cannot analyse (unknown family, or no linear layers)."""
 
 
@@ -134,20 +136,20 @@ FAMILIES = {
 }
 
 
-def family_of(model_type: str) -> Family:
+def family_of(model_type: str, source="") -> Family:
     for fam in FAMILIES.values():
         if model_type in fam.model_types:
             return fam
     known = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
     raise UnsupportedModel(
-        f"model_type {model_type!r} is not a hybrid family hybridlens knows ({known}); "
-        "add a Family to hybridlens/models/adapter.py"
+        f"{source + ': ' if source else ''}model_type {model_type!r} is not a hybrid family hybridlens knows "
+        f"({known}); add a Family to hybridlens/models/families.py"
     )
 
 
 def check_family(model_type: str, family: str | None, source="") -> Family:
     """The family of a checkpoint's model_type; refuses a registry `family` that names another one."""
-    fam = family_of(model_type)
+    fam = family_of(model_type, source)
     if family is not None and family != fam.name:
         raise UnsupportedModel(
             f"{source}: the registry says family {family!r}, but the checkpoint's model_type {model_type!r} is "
