@@ -53,7 +53,7 @@ def main():
             for s in sites:
                 out[s].append(res.captured[s].numpy())
         if path is not None:
-            write_store(path, {s: np.concatenate(v) for s, v in out.items()}, {"bench": 1})
+            write_store(path, {s: np.concatenate(v) for s, v in out.items()}, {"bench": 1}, "activations")
 
     def best(fn, *a):
         times = []

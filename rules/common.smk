@@ -187,6 +187,25 @@ def model_params(wildcards):
     }
 
 
+def store_config(model, **settings):
+    """What a store of one model depends on, hashed into it and checked by its readers: the registry entry
+    (what a job is given, memory or GPUs, does not change what it computes) and the rule's settings.
+    """
+    entry = {k: v for k, v in config["models"][model].items() if k != "resources"}
+    return canonical({"model": entry, **settings})
+
+
+def pair_stores(wildcards):
+    """Per model of a stitching pair: the source and config its activation stores are written for."""
+    return {
+        m: {
+            "source": model_source(SimpleNamespace(model=m)),
+            "config": store_config(m, stitch=stitch_settings()),
+        }
+        for m in (wildcards.a, wildcards.b)
+    }
+
+
 def res(key, default):
     """A per-model resource from the registry, as a rule-level callable (SLURM requests follow it)."""
     return (

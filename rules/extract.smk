@@ -22,19 +22,15 @@ rule extract_activations:
     params:
         model=model_params,
         task=lambda wc: canonical(config["tasks"][wc.task]),
-        extract=canonical(config["extract"]),
-        n_languages=config["zoo"]["n_languages"],
-        config_hash=lambda wc: canonical(
+        extract=canonical(
             {
-                # What a job is given (memory, GPUs) does not change what it computes.
-                "model": {
-                    k: v
-                    for k, v in config["models"][wc.model].items()
-                    if k != "resources"
-                },
-                "task": config["tasks"][wc.task],
+                k: v
+                for k, v in config["extract"].items()
+                if k not in ("models", "tasks")
             }
         ),
+        n_languages=config["zoo"]["n_languages"],
+        config_hash=lambda wc: store_config(wc.model, task=config["tasks"][wc.task]),
     script:
         "../workflow_scripts/extract_activations.py"
 

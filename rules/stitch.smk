@@ -21,6 +21,7 @@ rule stitch_acts:
         gpu=pair_res("gpus", 0),
     params:
         models=pair_params,
+        stores=pair_stores,
         settings=stitch_settings(),
         n_languages=config["zoo"]["n_languages"],
     script:
@@ -43,6 +44,7 @@ rule stitch_fit:
         "../environment.yml"
     threads: 1
     params:
+        stores=pair_stores,
         lambdas=config["stitch"]["lambdas"],
     script:
         "../workflow_scripts/stitch_fit.py"
@@ -68,6 +70,7 @@ rule stitch_swap:
         gpu=pair_res("gpus", 0),
     params:
         models=pair_params,
+        stores=pair_stores,
         settings=stitch_settings(),
         n_languages=config["zoo"]["n_languages"],
     script:

@@ -20,5 +20,5 @@ with script_log(snakemake) as log:
     pd.DataFrame(logit_lens(hm, data)).to_csv(snakemake.output.lens, sep="\t", index=False)
     keep = {k: v for k, v in data.items() if not k.endswith("layer_out") or "layer_out" in cfg["sites"]}
     attrs = provenance(hm.source, snakemake.params.config_hash, hm.tokenizer, task["seed"], hm.model.dtype)
-    write_store(snakemake.output.h5, keep, attrs | {"kinds": ",".join(hm.kinds)}, cfg["dtype"])
+    write_store(snakemake.output.h5, keep, attrs | {"kinds": ",".join(hm.kinds)}, "activations", cfg["dtype"])
     log.info("stored %d datasets for %d prompts", len(keep), len(prompts))

@@ -21,8 +21,6 @@ with script_log(snakemake) as log:
             spans = stitch.blocks(json.load(f))
         data = stitch.collect(hm, prompts, spans, s["batch_size"])
         log.info("%s: blocks %s, %d token rows", hm.source, spans, len(data["prompt"]))
-        attrs = provenance(hm.source, s, hm.tokenizer, seed, hm.model.dtype) | {
-            "blocks": json.dumps(spans),
-            "split": "fit",
-        }
-        write_store(snakemake.output[side], data, attrs)
+        store = snakemake.params.stores[getattr(snakemake.wildcards, side)]
+        attrs = provenance(store["source"], store["config"], hm.tokenizer, seed, hm.model.dtype)
+        write_store(snakemake.output[side], data, attrs | {"blocks": json.dumps(spans), "split": "fit"}, "stitch_acts")

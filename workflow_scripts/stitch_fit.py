@@ -5,10 +5,11 @@ with script_log(snakemake) as log:
     import json
 
     from hybridlens.experiments import stitch
-    from hybridlens.store import read_store, write_store
+    from hybridlens.store import expected, read_store, write_store
 
     w = snakemake.wildcards
-    stores = {w.a: read_store(snakemake.input.a), w.b: read_store(snakemake.input.b)}
+    want = {m: expected("stitch_acts", p["source"], p["config"], w.seed) for m, p in snakemake.params.stores.items()}
+    stores = {m: read_store(snakemake.input[side], expect=want[m]) for side, m in (("a", w.a), ("b", w.b))}
     spans = {m: {k: tuple(v) for k, v in json.loads(attrs["blocks"]).items()} for m, (_, attrs) in stores.items()}
     datasets, report = {}, []
     for receiver, donor in ((w.a, w.b), (w.b, w.a)):
@@ -24,6 +25,10 @@ with script_log(snakemake) as log:
             log.info("%s <- %s %s: lambda %g, held-out R2 %.3f", receiver, donor, name, m.lam, m.r2)
         for name, mean in means.items():
             datasets[f"{receiver}.mean_write.{name}"] = mean
-    write_store(snakemake.output.maps, datasets, {"map_names": json.dumps(list(maps)), "spans": json.dumps(spans)})
+    # The maps carry both stores' provenance, so the swap job can check them against the models it loads.
+    attrs = {"seed": int(w.seed), "map_names": json.dumps(list(maps)), "spans": json.dumps(spans)}
+    for m, (_, a) in stores.items():
+        attrs |= {f"{key}.{m}": a[key] for key in ("model_source", "config_hash", "tokenizer_hash")}
+    write_store(snakemake.output.maps, datasets, attrs, "stitch_maps")
     with open(snakemake.output.fit, "w") as f:
         json.dump({"seed": int(w.seed), "maps": report}, f, indent=1)

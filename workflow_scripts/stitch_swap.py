@@ -9,7 +9,7 @@ with script_log(snakemake) as log:
 
     from hybridlens.experiments import stitch
     from hybridlens.models.adapter import load_model
-    from hybridlens.store import read_store
+    from hybridlens.store import expected, read_store, tokenizer_hash
 
     torch.set_num_threads(snakemake.threads)
     w, s, n_languages = snakemake.wildcards, snakemake.params.settings, snakemake.params.n_languages
@@ -18,7 +18,13 @@ with script_log(snakemake) as log:
     receiver_side = "a" if w.receiver == w.a else "b"
     donor_side = "b" if receiver_side == "a" else "a"
     receiver, donor = models[receiver_side], models[donor_side]
-    data, attrs = read_store(snakemake.input.maps)
+    want = {"kind": "stitch_maps", "seed": seed}
+    for side, hm in models.items():
+        m, store = getattr(w, side), snakemake.params.stores[getattr(w, side)]
+        acts = expected("stitch_acts", store["source"], store["config"])
+        want |= {f"{k}.{m}": acts[k] for k in ("model_source", "config_hash")}
+        want[f"tokenizer_hash.{m}"] = tokenizer_hash(hm.tokenizer)
+    data, attrs = read_store(snakemake.input.maps, expect=want)
     spans = {m: {k: tuple(v) for k, v in b.items()} for m, b in json.loads(attrs["spans"]).items()}
     donor_name = getattr(w, donor_side)
     maps = {

@@ -1,10 +1,14 @@
-"""HDF5 activation store, written atomically.
+"""HDF5 stores that know where they came from, written atomically.
 
-write_store     datasets (site name -> [prompts, positions, d_model] array) + attributes -> one HDF5 file
-read_store      the same back, exactly; a truncated or corrupt file raises StoreError naming its path
+write_store     datasets (site name -> [prompts, positions, d_model] array) + attributes -> one HDF5 file, with
+                its kind, a format version and a checksum of every dataset and of the attributes
+read_store      the same back, exactly; refuses (StoreError, one line) a truncated, corrupt or altered file and
+                one written for something else than the reader expects
 provenance      the attributes every file records (model, config hash, tokenizer hash, versions, seed)
+expected        the attributes a reader checks: kind, model source, config hash, seed
 atomic_path     context manager: a temporary name in the same directory, fsynced and renamed on success
 save_checkpoint  a model and its tokenizer saved with save_pretrained into a temporary directory, then moved
+sweep_temporaries  remove what killed writers left behind under a directory
 StoreError
 """
 
@@ -20,10 +24,11 @@ import numpy as np
 from hybridlens.errors import UserError
 
 TMP_MARK = ".tmp-"
+FORMAT_VERSION = 2  # kind, checksums and provenance checked on read
 
 
 class StoreError(UserError, OSError):
-    """An HDF5 store that cannot be read back."""
+    """An HDF5 store that cannot be read back, or was written for something else."""
 
 
 def sha256_json(obj) -> str:
@@ -54,12 +59,22 @@ def provenance(model_source: str, config: dict, tokenizer=None, seed=None, sourc
         ),
     }
     if tokenizer is not None:
-        attrs["tokenizer_hash"] = sha256_json(sorted(tokenizer.get_vocab().items()))
+        attrs["tokenizer_hash"] = tokenizer_hash(tokenizer)
     if seed is not None:
         attrs["seed"] = int(seed)
     if source_dtype is not None:
         attrs["source_dtype"] = str(source_dtype).removeprefix("torch.")
     return attrs
+
+
+def tokenizer_hash(tokenizer) -> str:
+    return sha256_json(sorted(tokenizer.get_vocab().items()))
+
+
+def expected(kind: str, model_source, config: dict, seed=None) -> dict:
+    """What a reader checks of a store that `provenance(model_source, config, seed=seed)` described."""
+    want = {"kind": kind, "model_source": str(model_source), "config_hash": sha256_json(config)}
+    return want | ({} if seed is None else {"seed": int(seed)})
 
 
 def _fsync_dir(directory: Path):
@@ -111,39 +126,101 @@ def save_checkpoint(out_dir, model, tokenizer, **save_kwargs):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sweep_temporaries(root) -> list[Path]:
+    """Remove every temporary file or directory a killed writer left under `root` (call it only while no
+    writer runs, e.g. when a workflow starts)."""
+    import shutil
+
+    removed = []
+    for path in sorted(p for p in Path(root).rglob(".*") if TMP_MARK in p.name):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
 def _dataset_path(name: str) -> str:
     return name.replace(".", "/")  # layers.3.resid_pre -> layers/3/resid_pre
 
 
-def write_store(path, datasets: dict, attrs: dict, dtype="float32"):
+def _array_sha256(array: np.ndarray) -> str:
+    h = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
+def _attrs_sha256(attrs: dict) -> str:
+    return hashlib.sha256(json.dumps({k: str(v) for k, v in attrs.items()}, sort_keys=True).encode()).hexdigest()
+
+
+def _plain(value):
+    """An attribute as Python wrote it: str, not bytes; int, not numpy.int64 (so messages read plainly)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def write_store(path, datasets: dict, attrs: dict, kind: str, dtype="float32"):
     """Write `datasets` (name -> array [prompts, ...]) chunked one prompt per chunk, plus `attrs`.
 
-    Float arrays are stored as `dtype` (float32 or float16); integer arrays keep their type.
+    `kind` names what the store holds (e.g. "activations", "stitch_acts"), so a reader given another kind
+    refuses it. Float arrays are stored as `dtype` (float32 or float16); integer arrays keep their type.
     """
     if dtype not in ("float32", "float16"):
         raise ValueError(f"store dtype {dtype!r}: use float32 or float16")
+    attrs = {**attrs, "kind": kind, "format_version": FORMAT_VERSION, "dataset_names": json.dumps(list(datasets))}
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         for name, array in datasets.items():
             array = np.asarray(array)
             if array.dtype.kind == "f":
                 array = array.astype(dtype)
             chunks = (1, *array.shape[1:]) if array.ndim >= 1 and array.shape[0] > 0 else None
-            f.create_dataset(_dataset_path(name), data=array, chunks=chunks)
-        f.attrs["dataset_names"] = json.dumps(list(datasets))
+            f.create_dataset(_dataset_path(name), data=array, chunks=chunks).attrs["sha256"] = _array_sha256(array)
         for key, value in attrs.items():
             f.attrs[key] = value
+        f.attrs["attrs_sha256"] = _attrs_sha256(attrs)
 
 
-def read_store(path, names=None):
-    """(datasets, attrs) as written. `names` selects datasets (default: all)."""
+def read_store(path, names=None, expect: dict | None = None):
+    """(datasets, attrs) as written. `names` selects datasets (default: all).
+
+    `expect` maps attribute names to the values the reader needs (kind, model_source, config_hash, seed, ...);
+    any difference is refused with what the file was written for and the command that rebuilds it.
+    """
     path = Path(path)
+    rebuild = f"rebuild it with: snakemake --cores all --force {path}"
     if not path.exists():
-        raise StoreError(f"{path}: no such store; run the rule that writes it")
+        raise StoreError(f"{path}: no such store; {rebuild}")
     try:
         with h5py.File(path, "r") as f:
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-            wanted = json.loads(attrs.pop("dataset_names")) if names is None else list(names)
-            data = {name: f[_dataset_path(name)][()] for name in wanted}
+            attrs = {k: _plain(v) for k, v in f.attrs.items()}
+            stored_sum = attrs.pop("attrs_sha256", None)
+            if attrs.get("format_version") != FORMAT_VERSION:
+                raise StoreError(
+                    f"{path}: store format {attrs.get('format_version', 1)}, this hybridlens reads format "
+                    f"{FORMAT_VERSION}; {rebuild}"
+                )
+            if stored_sum != _attrs_sha256(attrs):
+                raise StoreError(f"{path}: its attributes do not match their checksum (altered in place); {rebuild}")
+            for key, want in (expect or {}).items():
+                if str(attrs.get(key)) != str(want):
+                    raise StoreError(
+                        f"{path}: written for {key}={attrs.get(key)!r}, but this job expects {key}={want!r}; {rebuild}"
+                    )
+            stored = json.loads(attrs.pop("dataset_names"))
+            absent = sorted(set(names or ()) - set(stored))
+            if absent:
+                raise StoreError(f"{path}: no dataset {absent[0]} (it holds {len(stored)}, e.g. {stored[:3]})")
+            data = {}
+            for name in stored if names is None else names:
+                ds = f[_dataset_path(name)]
+                data[name] = ds[()]
+                if ds.attrs.get("sha256") != _array_sha256(data[name]):
+                    raise StoreError(f"{path}: dataset {name} does not match its checksum (corrupt); {rebuild}")
+    except StoreError:
+        raise
     except (OSError, KeyError, ValueError) as err:
-        raise StoreError(f"{path}: truncated or corrupt HDF5 store ({err}); delete it and rerun its rule") from err
+        raise StoreError(f"{path}: truncated or corrupt HDF5 store ({err}); {rebuild}") from err
     return data, attrs
