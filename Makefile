@@ -14,9 +14,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# `make run CONFIG=config/presets/realshape.yaml` runs a preset. Its file is checked first: snakemake's own
+# loader hides where a syntax error is and keeps the last of two duplicate keys.
+CONFIG ?=
+SNAKEMAKE_ARGS := --workflow-profile profiles/local $(if $(CONFIG),--configfile $(CONFIG))
+
 # One snakemake start, not two: each start costs ~10 s where SLURM's client commands have no controller.
+# A lock left by a killed run makes snakemake refuse to start; say the exact command that removes it.
 run: $(STAMP)
-	$(BIN)/snakemake --cores all --workflow-profile profiles/local --report results/report.html --report-after-run
+	$(if $(CONFIG),$(BIN)/python -m hybridlens.config $(CONFIG))
+	@echo "$(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS) --report results/report.html --report-after-run"
+	@$(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS) --report results/report.html --report-after-run || { \
+	  status=$$?; \
+	  if ls .snakemake/locks/*.lock >/dev/null 2>&1; then \
+	    echo "hybridlens: a killed run left its lock. If no other snakemake runs in this directory, remove it with:"; \
+	    echo "  $(BIN)/snakemake --unlock --cores 1 $(SNAKEMAKE_ARGS)"; \
+	    echo "then run make run$(if $(CONFIG), CONFIG=$(CONFIG)) again (unfinished outputs are redone)."; \
+	  fi; \
+	  exit $$status; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -5,9 +5,15 @@ from types import SimpleNamespace
 
 from snakemake.utils import validate
 
-from hybridlens.config import check_config
+from hybridlens.config import check_config, load_config
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
+from hybridlens.store import sweep_temporaries
+
+# Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
+# and says only "not valid YAML" (a --configfile that does not parse fails before this line runs).
+for path in workflow.overwrite_configfiles or ["config/config.yaml"]:
+    load_config(path)
 
 # A preset passed with --configfile is a whole config (it replaces the toy registry, not merges into it).
 if not workflow.overwrite_configfiles:
@@ -373,3 +379,9 @@ def final_outputs():
     if config["hla"]["adapt_models"]:
         outputs.append("results/figures/hla_adapt.pdf")
     return outputs
+
+
+# After the lock is taken and before the first job: what writers killed in an earlier run left behind.
+onstart:
+    for path in sweep_temporaries("results"):
+        print(f"hybridlens: removed {path}, left by a killed run", file=sys.stderr)

@@ -1,9 +1,14 @@
 """Config checking with one clear line per problem.
 
+load_config    read a YAML config file, refusing duplicate keys and naming a syntax error's file, line, column
 check_config   validate a config dict against the JSON schema; raise ConfigError naming the key
 ConfigError
+
+`python -m hybridlens.config FILE...` checks config files before snakemake reads them: snakemake's own
+loader keeps the last of two duplicate keys and reports a syntax error without its place.
 """
 
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -13,7 +18,51 @@ from hybridlens.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
-    """A config value the schema refuses."""
+    """A config value the schema refuses, or a config file that does not parse."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML's spec forbids it; PyYAML keeps the last)."""
+
+
+def _mapping(loader, node, deep=False):
+    first_line = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in first_line and key != "<<":
+            raise ConfigError(
+                f"{loader.name}:{line}: duplicate key {key!r}, first given at line {first_line[key]}; "
+                "the second would silently replace the first: keep one"
+            )
+        first_line.setdefault(key, line)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def load_config(path) -> dict:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror})") from err
+    loader = _StrictLoader(text)
+    loader.name = str(path)
+    try:
+        config = loader.get_single_data()
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        detail = "; ".join(str(s) for s in (err.context, err.problem) if s)
+        raise ConfigError(f"{where}: YAML syntax error: {detail}") from err
+    finally:
+        loader.dispose()
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: a config file is a mapping of sections (models:, zoo:, ...), not {type(config).__name__}"
+        )
+    return config
 
 
 def check_config(config: dict, schema_path) -> None:
@@ -25,3 +74,18 @@ def check_config(config: dict, schema_path) -> None:
         key = ".".join(map(str, error.absolute_path)) or "(top level)"
         where = f"{Path(schema_path).parent.name}/{Path(schema_path).name}"
         raise ConfigError(f"config {key}: {error.message}; allowed values and defaults are in {where}")
+
+
+def main(argv=None) -> int:
+    paths = sys.argv[1:] if argv is None else argv
+    try:
+        for path in paths:
+            load_config(path)
+    except ConfigError as err:
+        print(f"hybridlens: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
