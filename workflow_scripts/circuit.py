@@ -7,8 +7,17 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
-    from hybridlens.experiments.circuit import identity_error, localize_reference, summarize, transplant_all, triples
+    from hybridlens.experiments.circuit import (
+        ITEM_COLUMNS,
+        SUMMARY_COLUMNS,
+        identity_error,
+        localize_reference,
+        summarize,
+        transplant_all,
+        triples,
+    )
     from hybridlens.models.adapter import load_model
+    from hybridlens.tables import write_table
 
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
@@ -25,8 +34,9 @@ with script_log(snakemake) as log:
     circuit["identity_max_abs_d_change"] = identity_error(rows) if rows else None
     pd.DataFrame(ablation).to_csv(snakemake.output.ablation, index=False)
     pd.DataFrame(readers).to_csv(snakemake.output.readers, index=False)
-    pd.DataFrame(rows).to_csv(snakemake.output.rows, index=False)
-    pd.DataFrame(summarize(rows) if rows else []).to_csv(snakemake.output.transplant, index=False)
+    why = f"no Address group: no linear group precedes the reader (layer {circuit['reader']['layer']})"
+    write_table(snakemake.output.rows, rows, ITEM_COLUMNS, why)
+    write_table(snakemake.output.transplant, summarize(rows) if rows else [], SUMMARY_COLUMNS, why)
     # Built-in validation: an identity transplant must leave D unchanged (the rule fails otherwise).
     err = circuit["identity_max_abs_d_change"]
     tol = s["identity_tolerance"] if hm.model.dtype == torch.float32 else s["identity_tolerance_16bit"]

@@ -1,14 +1,6 @@
 # Scale tables across sizes, smallest first (rule scale_tables).
 from hybridlens.runlog import script_log
 
-
-def read(path, model):
-    try:
-        return pd.read_csv(path).assign(model=model)
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame({"model": []})
-
-
 with script_log(snakemake):
     import json
 
@@ -24,5 +16,5 @@ with script_log(snakemake):
         sizes[-1]["groups"] = " ".join("-".join(map(str, g)) for g in s["groups"])
     pd.DataFrame(sizes).to_csv(out.sizes, sep="\t", index=False)
     for kind in ("profile", "transplant", "blocking"):
-        frames = [read(f, m) for m, f in zip(models, snakemake.input[kind], strict=True)]
+        frames = [pd.read_csv(f).assign(model=m) for m, f in zip(models, snakemake.input[kind], strict=True)]
         pd.concat(frames).to_csv(out[kind], sep="\t", index=False)

@@ -348,6 +348,14 @@ def control_group(hm, address: int | None) -> int | None:
     return min(pool, key=lambda g: abs(g - address)) if pool else None
 
 
+# One row per item and condition (transplant_all), and one per condition (summarize).
+ITEM_COLUMNS = ["seed", "item", "kind", "block", "donor", "positions", "answers_a", "answers_b", "d_ab"]
+ITEM_COLUMNS += ["attn_a", "attn_b"]
+SUMMARY_COLUMNS = ["kind", "block", "donor", "positions", "n"]
+SUMMARY_COLUMNS += [f"{m}{s}" for m in ("redirect", "answers_b", "d_ab") for s in ("", "_lo", "_hi")]
+SUMMARY_COLUMNS += ["redirect_per_seed", "attn_a", "attn_b"]
+
+
 def transplant_all(hm, items: list[Triple], circuit: dict, n_languages: int, batch_size: int = 50):
     """transplant() over batches whose host and other-dictionary prompts share a token length."""
     control = control_group(hm, circuit["address"]["group"])
