@@ -1,0 +1,41 @@
+"""Fault injection for the workflow tests: SIGKILL at a point the test names, deterministically.
+
+Put this directory on PYTHONPATH and set HYBRIDLENS_FAULT="<point>:<path part>:<n>:<whom>":
+  point   replace: before the n-th os.replace whose destination contains <path part> (a checkpoint's files
+          are moved into place one by one); dataset: before the n-th HDF5 dataset created in a file whose
+          path contains it (a store being written)
+  whom    self: the process that reaches the point (one job); group: its process group (snakemake and all jobs)
+"""
+
+import os
+import signal
+
+_spec = os.environ.get("HYBRIDLENS_FAULT")
+if _spec:
+    _point, _part, _n, _whom = _spec.split(":")
+    _count = [0]
+
+    def _hit(path):
+        if _part in os.fspath(path):
+            _count[0] += 1
+            if _count[0] == int(_n):
+                os.killpg(os.getpgid(0), signal.SIGKILL) if _whom == "group" else os.kill(os.getpid(), signal.SIGKILL)
+
+    if _point == "replace":
+        _replace = os.replace
+
+        def _faulty_replace(src, dst, *args, **kwargs):
+            _hit(dst)
+            return _replace(src, dst, *args, **kwargs)
+
+        os.replace = _faulty_replace
+    elif _point == "dataset":
+        import h5py
+
+        _create = h5py.Group.create_dataset
+
+        def _faulty_create(self, name, *args, **kwargs):
+            _hit(self.file.filename)
+            return _create(self, name, *args, **kwargs)
+
+        h5py.Group.create_dataset = _faulty_create
