@@ -201,8 +201,9 @@ def test_a_store_written_for_something_else_is_refused_in_one_line(run1, tmp_pat
     seed = re.search(r"_s(\d)\.", target).group(1)
     log = (cwd / f"logs/stitch/qwen_tiny--granite_tiny/{rule}_s{seed}.log").read_text()
     assert "Traceback" in log and "StoreError" in log and line in log
-    res = snakemake(cwd, "--force", "--", f"{PAIR}/{slot}", f"{PAIR}/{target}")  # the command the line gives
-    assert res.returncode == 0, res.stderr[-2000:]
+    if replace_with is None:  # the command the line gives rebuilds the store, and the job then runs
+        res = snakemake(cwd, "--force", "--", f"{PAIR}/{slot}", f"{PAIR}/{target}")
+        assert res.returncode == 0, res.stderr[-2000:]
 
 
 def test_a_script_failure_gives_one_line_and_its_traceback_in_the_log(run1, tmp_path):

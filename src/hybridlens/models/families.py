@@ -142,7 +142,7 @@ def family_of(model_type: str, source="") -> Family:
             return fam
     known = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
     raise UnsupportedModel(
-        f"{source + ': ' if source else ''}model_type {model_type!r} is not a hybrid family hybridlens knows "
+        f"{f'{source}: ' if source else ''}model_type {model_type!r} is not a hybrid family hybridlens knows "
         f"({known}); add a Family to hybridlens/models/families.py"
     )
 
