@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint report clean
+.PHONY: run test lint report clean zoo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,14 @@ run: $(STAMP)
 	    echo "then run make run$(if $(CONFIG), CONFIG=$(CONFIG)) again (unfinished outputs are redone)."; \
 	  fi; \
 	  exit $$status; }
+
+# Retrain every toy of config/presets/zoo.yaml from scratch, gate it and copy it to zoo/ with its manifest.
+zoo: $(STAMP)
+	$(BIN)/python -m hybridlens.config config/presets/zoo.yaml
+	@start=$$(date +%s); \
+	$(BIN)/snakemake --cores all --workflow-profile profiles/local --configfile config/presets/zoo.yaml \
+	  --forcerun train_toy -- ship_zoo && \
+	echo "make zoo: trained and shipped in $$(( $$(date +%s) - start )) s"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -80,3 +80,33 @@ rule plot_zoo:
         names=toy_models(),
     script:
         "../workflow_scripts/plot_zoo.py"
+
+
+rule ship_toy:
+    input:
+        config=rules.train_toy.output.config,
+        weights=rules.train_toy.output.weights,
+        tokenizer=rules.train_toy.output.tokenizer,
+        curve=rules.train_toy.output.curve,
+        eval=rules.evaluate_toy.output.json,
+    output:
+        manifest="zoo/{model}/manifest.json",
+    log:
+        "logs/ship_toy/{model}.log",
+    # A trained, gated toy as a checkpoint to commit: its files, the training spec it was trained from,
+    # and a manifest of their sha256 with the commit, library versions and machine it was trained on.
+    wildcard_constraints:
+        model=names_regex(toy_models()),
+    conda:
+        "../environment.yml"
+    threads: 1
+    params:
+        training=training_params,
+    script:
+        "../workflow_scripts/ship_toy.py"
+
+
+rule ship_zoo:
+    # `make zoo`: every toy of the config trained, gated and copied to zoo/.
+    input:
+        expand("zoo/{model}/manifest.json", model=toy_models()),

@@ -14,6 +14,7 @@ SHIPPED = [
     "config/config.yaml",
     "config/presets/paper.yaml",
     "config/presets/realshape.yaml",
+    "config/presets/zoo.yaml",
     "tests/config/config.yaml",
 ]
 

@@ -1,3 +1,5 @@
+import json
+
 import h5py
 import numpy as np
 import pytest
@@ -130,3 +132,28 @@ def test_sweep_removes_every_writers_temporaries_and_nothing_else(tmp_path):
     removed = sweep_temporaries(tmp_path)
     assert sorted(p.name for p in removed) == [".tmp-abc123", ".x.h5.tmp-999"]
     assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*")) if p.is_file()] == ["acts/m/x.h5"]
+
+
+def test_a_shipped_directory_lists_its_files_and_a_rerun_drops_files_it_no_longer_has(tmp_path):
+    from hybridlens.models.source import SourceError, check_manifest
+    from hybridlens.store import ship_directory
+
+    src = tmp_path / "trained"
+    src.mkdir()
+    for name, text in {"config.json": "{}", "curve.csv": "step\n0\n", "old.txt": "x"}.items():
+        (src / name).write_text(text)
+    out = tmp_path / "zoo/toy"
+    ship_directory(sorted(src.iterdir()), out, {"model": "toy"})
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"] == "toy" and sorted(manifest["files"]) == ["config.json", "curve.csv", "old.txt"]
+    check_manifest(out)
+    (src / "old.txt").unlink()
+    ship_directory(sorted(src.iterdir()), out, {"model": "toy"})
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "curve.csv", "manifest.json"]
+    assert not list((tmp_path / "zoo").glob(".tmp-*"))
+    (out / "curve.csv").write_text("step\n1\n")
+    with pytest.raises(SourceError, match=rf"{out}/curve.csv differs from the sha256 in its manifest.*make zoo"):
+        check_manifest(out)
+    (out / "config.json").unlink()
+    with pytest.raises(SourceError, match=rf"{out}/config.json is missing"):
+        check_manifest(out)

@@ -2,13 +2,22 @@
 from hybridlens.runlog import script_log
 
 with script_log(snakemake) as log:
+    import json
+    import time
+    from pathlib import Path
+
     import pandas as pd
     import torch
 
     from hybridlens.experiments.zoo import train_and_save
+    from hybridlens.store import machine
 
     torch.set_num_threads(snakemake.threads)
-    t = snakemake.params.training
-    curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=snakemake.output.config.rsplit("/", 1)[0])
+    t, out_dir = snakemake.params.training, Path(snakemake.output.config).parent
+    start = time.perf_counter()
+    curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=out_dir)
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)
+    # Training is a plateau escape whose timing depends on float rounding: record where it ran (ship_toy ships it).
+    trained_on = machine() | {"seconds": round(time.perf_counter() - start, 1), "steps": curve[-1]["step"] + 1}
+    (out_dir / "trained_on.json").write_text(json.dumps(trained_on, indent=1) + "\n")
     log.info("trained %s: final loss %.4f", snakemake.wildcards.model, curve[-1]["loss"])

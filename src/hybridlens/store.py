@@ -8,6 +8,8 @@ provenance      the attributes every file records (model, config hash, tokenizer
 expected        the attributes a reader checks: kind, model source, config hash, seed
 atomic_path     context manager: a temporary name in the same directory, fsynced and renamed on success
 save_checkpoint  a model and its tokenizer saved with save_pretrained into a temporary directory, then moved
+ship_directory  copy a directory's files into place beside a manifest of their sha256 (written last)
+versions, machine, git_commit  what a shipped artifact records about how it was made
 sweep_temporaries  remove what killed writers left behind under a directory
 StoreError
 """
@@ -35,28 +37,62 @@ def sha256_json(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def provenance(model_source: str, config: dict, tokenizer=None, seed=None, source_dtype=None) -> dict:
-    """Attributes for a store: model source, config hash, tokenizer hash, library versions, seed, and the
-    model's own dtype (a bfloat16 model's activations are stored as float32 or float16)."""
+def versions() -> dict:
+    """The library versions an artifact was made with."""
     import tokenizers
     import torch
     import transformers
 
     import hybridlens
 
+    return {
+        "hybridlens": hybridlens.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "h5py": h5py.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def machine() -> dict:
+    """What decides a CPU run's float rounding: the CPU, the kernels torch picked for it, the thread count."""
+    import platform
+
+    import torch
+
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        names = [s for s in Path("/proc/cpuinfo").read_text().splitlines() if s.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    return {
+        "cpu": cpu,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+    }
+
+
+def git_commit(directory=".") -> str:
+    """HEAD of the checkout `directory` is in, "+dirty" with uncommitted changes; "unknown" outside git."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, check=True).stdout
+
+    try:
+        return git("rev-parse", "HEAD").strip() + ("+dirty" if git("status", "--porcelain").strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(model_source: str, config: dict, tokenizer=None, seed=None, source_dtype=None) -> dict:
+    """Attributes for a store: model source, config hash, tokenizer hash, library versions, seed, and the
+    model's own dtype (a bfloat16 model's activations are stored as float32 or float16)."""
     attrs = {
         "model_source": str(model_source),
         "config_hash": sha256_json(config),
-        "versions": json.dumps(
-            {
-                "hybridlens": hybridlens.__version__,
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
-                "tokenizers": tokenizers.__version__,
-                "h5py": h5py.__version__,
-                "numpy": np.__version__,
-            }
-        ),
+        "versions": json.dumps(versions()),
     }
     if tokenizer is not None:
         attrs["tokenizer_hash"] = tokenizer_hash(tokenizer)
@@ -139,6 +175,34 @@ def sweep_temporaries(root) -> list[Path]:
             path.unlink(missing_ok=True)
         removed.append(path)
     return removed
+
+
+def ship_directory(files, out_dir, record: dict) -> dict:
+    """Copy `files` into `out_dir` and write manifest.json last: each file's sha256 and `record` (what it was
+    made from and on). A copy killed midway leaves files that disagree with the manifest, which the
+    loader's check refuses; files of an earlier copy that this one lacks are removed."""
+    import shutil
+    import tempfile
+
+    from hybridlens.models.source import MANIFEST, file_sha256
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_MARK, dir=out_dir.parent))
+    try:
+        for f in files:
+            shutil.copy2(f, tmp / Path(f).name)
+        manifest = {"files": {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}, **record}
+        for f in out_dir.iterdir():
+            if f.name not in manifest["files"]:
+                f.unlink()
+        for f in tmp.iterdir():
+            os.replace(f, out_dir / f.name)
+        with atomic_path(out_dir / MANIFEST) as path:
+            path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
 
 
 def _dataset_path(name: str) -> str:

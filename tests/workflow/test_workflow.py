@@ -1,7 +1,9 @@
 """The Snakefile end to end on tests/config (three tiny toy models), in temporary directories."""
 
+import hashlib
 import json
 import re
+import shutil
 import subprocess
 
 import numpy as np
@@ -17,6 +19,7 @@ from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
 from hybridlens.experiments.stitch import TRANSFERS, fit_maps
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
+from hybridlens.models.source import SourceError
 from hybridlens.store import read_store
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import PERSONAS
@@ -277,3 +280,45 @@ def test_default_run_trains_the_toys_most_experiments_wait_on_first(tmp_path):
     for rule in ("train_toy", "evaluate_toy"):
         assert priority[rule, "qwen_toy"] == 16 and priority[rule, "granite_toy"] == 14
         assert priority[rule, "falcon_toy"] == 13 and priority[rule, "qwen_s3"] == 11
+
+
+def test_a_shipped_toy_carries_its_manifest_and_a_changed_file_is_refused(run1, tmp_path):
+    cwd = tmp_path / "copy"
+    shutil.copytree(run1, cwd)
+    res = snakemake(cwd, "--", "zoo/qwen_tiny/manifest.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+    assert jobs.get("ship_toy") == "1" and "train_toy" not in jobs  # shipping reuses the trained toy
+    zoo, trained = cwd / "zoo/qwen_tiny", cwd / "results/models/qwen_tiny"
+    manifest = json.loads((zoo / "manifest.json").read_text())
+    assert {"config.json", "model.safetensors", "tokenizer.json", "curve.csv", "eval.json"} <= set(manifest["files"])
+    assert {"training.json", "trained_on.json"} <= set(manifest["files"])
+    for name, digest in manifest["files"].items():
+        assert (zoo / name).read_bytes() == (trained / name).read_bytes()
+        assert hashlib.sha256((zoo / name).read_bytes()).hexdigest() == digest
+    assert manifest["versions"]["torch"] == torch.__version__ and manifest["commit"] == "unknown"  # not a git checkout
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    training = json.loads((zoo / "training.json").read_text())
+    assert training["toy"] == cfg["models"]["qwen_tiny"]["source"]["toy"] and training["family"] == "qwen3_5"
+    trained_on = json.loads((zoo / "trained_on.json").read_text())
+    curve = pd.read_csv(zoo / "curve.csv")
+    assert trained_on["threads"] == 1 and trained_on["steps"] == curve["step"].iloc[-1] + 1
+    assert trained_on["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    ids = torch.tensor([[3, 5, 7, 11]])
+    with torch.no_grad():
+        a, b = (load_model(d).model(ids).logits for d in (zoo, trained))
+    assert torch.equal(a, b)
+    # As a registry entry it is a local checkpoint; one byte changed in place is refused when the workflow parses.
+    cfg["models"]["shipped"] = {"family": "qwen3_5", "source": "zoo/qwen_tiny"}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert snakemake(cwd, "-n").returncode == 0
+    weights = zoo / "model.safetensors"
+    raw = bytearray(weights.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    weights.write_bytes(bytes(raw))
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    message = "zoo/qwen_tiny/model.safetensors differs from the sha256 in its manifest: changed since it was made"
+    assert res.returncode != 0 and f"config models.shipped.source: {message}" in out, out[-2000:]
+    with pytest.raises(SourceError, match=re.escape(message)):
+        load_model(zoo)

@@ -11,10 +11,12 @@ UnsupportedModel
 import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from hybridlens.models.families import UnsupportedModel, check_family, family_of
+from hybridlens.models.source import check_manifest
 
 # Sites and their shapes, TransformerLens-style. Write sites are hooked on modules; state sites are
 # read from and written to the transformers cache after a forward.
@@ -69,6 +71,8 @@ def load_model(source, dtype="float32", device="cpu", device_map=None, attn_impl
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    if Path(source).is_dir():
+        check_manifest(source, str(source))  # a shipped checkpoint whose files changed is refused
     config = AutoConfig.from_pretrained(source, trust_remote_code=False)
     check_family(config.model_type, family, source)  # refuse unknown families before loading any weights
     model = AutoModelForCausalLM.from_pretrained(

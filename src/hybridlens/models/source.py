@@ -2,12 +2,14 @@
 
 check_source     a local directory or a hub id -> notes to show (e.g. "hub not reachable"); SourceError otherwise
 safetensors_header  a safetensors file's header, refusing a file shorter than the header says
+check_manifest   a shipped directory's files against the sha256 its manifest.json lists
 convert_bin      rewrite a pytorch_model.bin checkpoint as safetensors in place (the loader reads only those)
 SourceError
 
 Torch-free except `convert_bin`, so the workflow can run the checks when it parses.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -20,6 +22,7 @@ from hybridlens.models.families import check_family
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 INDEX = "model.safetensors.index.json"
+MANIFEST = "manifest.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 MAX_HEADER = 100 * 2**20  # the format's own limit on the header's size
 
@@ -47,6 +50,7 @@ def check_source(source: str, family: str | None, where: str, hub_timeout: float
 
 
 def check_directory(directory: Path, family: str | None, where: str) -> None:
+    check_manifest(directory, where)
     config = read_config(directory / "config.json", where)
     check_family(config.get("model_type"), family, f"{where} ({directory})")
     shards = weight_files(directory, where)
@@ -60,6 +64,38 @@ def check_directory(directory: Path, family: str | None, where: str) -> None:
             )
     if not any((directory / f).is_file() for f in TOKENIZER_FILES):
         raise SourceError(f"{where}: {directory} has no tokenizer ({', '.join(TOKENIZER_FILES)}); copy it too")
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_manifest(directory, where: str = "") -> None:
+    """A directory without manifest.json has nothing to check; with one, every file it lists must be there
+    with its sha256 (a shipped toy edited, half copied or damaged is refused before it is used)."""
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not path.is_file():
+        return
+    prefix = f"{where}: " if where else ""
+    try:
+        files = json.loads(path.read_text())["files"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise SourceError(
+            f"{prefix}{path} is not a manifest ({err!r}); restore it (git checkout -- {directory})"
+        ) from err
+    for name, digest in files.items():
+        f = directory / name
+        if not f.is_file() or file_sha256(f) != digest:
+            state = "is missing" if not f.is_file() else "differs from the sha256 in its manifest"
+            raise SourceError(
+                f"{prefix}{f} {state}: changed since it was made; restore it (git checkout -- {directory}) "
+                "or make it again (make zoo)"
+            )
 
 
 def read_config(path: Path, where: str) -> dict:
