@@ -10,7 +10,7 @@ with script_log(snakemake) as log:
     import torch
 
     from hybridlens.experiments.zoo import train_and_save
-    from hybridlens.store import machine
+    from hybridlens.store import git_commit, machine
 
     torch.set_num_threads(snakemake.threads)
     t, out_dir = snakemake.params.training, Path(snakemake.output.config).parent
@@ -18,6 +18,7 @@ with script_log(snakemake) as log:
     curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=out_dir)
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)
     # Training is a plateau escape whose timing depends on float rounding: record where it ran (ship_toy ships it).
-    trained_on = machine() | {"seconds": round(time.perf_counter() - start, 1), "steps": curve[-1]["step"] + 1}
+    seconds, steps = round(time.perf_counter() - start, 1), curve[-1]["step"] + 1
+    trained_on = machine() | {"commit": git_commit(), "seconds": seconds, "steps": steps}
     (out_dir / "trained_on.json").write_text(json.dumps(trained_on, indent=1) + "\n")
     log.info("trained %s: final loss %.4f", snakemake.wildcards.model, curve[-1]["loss"])

@@ -73,15 +73,17 @@ def machine() -> dict:
     }
 
 
-def git_commit(directory=".") -> str:
-    """HEAD of the checkout `directory` is in, "+dirty" with uncommitted changes; "unknown" outside git."""
+def git_commit(directory=".", outputs=("zoo",)) -> str:
+    """HEAD of the checkout `directory` is in, "+dirty" with uncommitted changes outside `outputs` (what the
+    run itself is writing); "unknown" outside git."""
     import subprocess
 
     def git(*args):
         return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, check=True).stdout
 
     try:
-        return git("rev-parse", "HEAD").strip() + ("+dirty" if git("status", "--porcelain").strip() else "")
+        changed = git("status", "--porcelain", "--", ".", *(f":(exclude){o}" for o in outputs)).strip()
+        return git("rev-parse", "HEAD").strip() + ("+dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

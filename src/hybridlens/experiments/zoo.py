@@ -44,7 +44,7 @@ def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int
     prompt's pair syntax, every value a target: 4 tokens per target instead of a 10-token question
     and its answer. Measured: the Granite toy stops at 1775 steps (176 s) instead of 2488 (309 s with
     repeat); the Falcon-H1 toy (seed 0, four heads) holds out 0.89 / 0.84 after 4500 (566 s), repeat 0.80
-    after 4158 (~700 s). config/config.yaml records the runs behind each toy's current settings.
+    after 4158 (~700 s). docs/zoo.md records the runs behind each toy's current settings.
     """
     if questions not in QUESTIONS:
         raise ValueError(f"unknown questions mode {questions!r}; use one of {QUESTIONS}")

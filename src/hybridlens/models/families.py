@@ -82,7 +82,7 @@ class Family:
             )
         # With its Mamba-2 RMSNorm on (after the gate, as in Granite; a FalconH1Config option, off by
         # default) and started silent by init_toy, a Falcon-H1 toy can bind keys to values (seed 0 after
-        # ~2300 steps); without it none we tried did within 2000-3000 steps (see config/config.yaml).
+        # ~2300 steps); without it none we tried did within 2000-3000 steps (see docs/zoo.md).
         return FalconH1Config(
             **common, **mamba, mamba_d_ssm=2 * hidden_size, mamba_rms_norm=True, mamba_norm_before_gate=False
         )
