@@ -114,14 +114,35 @@ def check_sources():
 check_sources()
 
 
+def shipped(model):
+    """The manifest of a local checkpoint that has one (a toy shipped to zoo/), else None."""
+    source = config["models"][model]["source"]
+    manifest = Path(source) / "manifest.json" if isinstance(source, str) else None
+    return str(manifest) if manifest is not None and manifest.is_file() else None
+
+
 def model_input(wildcards):
     """A toy model comes from train_toy (after its accuracy gate), a real-shape one from build_realshape;
-    a real one is loaded by source."""
+    a shipped one is its manifest, so that `make zoo` reruns what reads it; a real one is loaded by source.
+    """
     if is_toy(wildcards.model):
         return f"results/models/{wildcards.model}/eval.json"
     if is_realshape(wildcards.model):
         return f"results/models/{wildcards.model}/config.json"
-    return []
+    return shipped(wildcards.model) or []
+
+
+def zoo_members():
+    """Registry name -> directory holding curve.csv and eval.json: toys trained here and shipped toys."""
+    members = {m: f"results/models/{m}" for m in toy_models()}
+    for m in config["models"]:
+        if m not in members and shipped(m):
+            directory = Path(shipped(m)).parent
+            if (directory / "curve.csv").is_file() and (
+                directory / "eval.json"
+            ).is_file():
+                members[m] = str(directory)
+    return members
 
 
 TRAINING_KEYS = [
@@ -356,7 +377,7 @@ def stitch_settings():
 
 def final_outputs():
     outputs = []
-    if toy_models():
+    if zoo_members():
         outputs += ["results/figures/zoo_training.pdf", "results/figures/zoo_eval.pdf"]
     if config["tasks"]:
         outputs += expand(

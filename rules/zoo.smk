@@ -1,4 +1,4 @@
-# The toy zoo: train each toy model of the registry, gate it on held-out retrieval, plot the zoo.
+# The toy zoo: train each toy model of the registry, gate it on held-out retrieval, ship it, plot the zoo.
 
 
 rule train_toy:
@@ -61,8 +61,8 @@ rule evaluate_toy:
 rule plot_zoo:
     # Training curves and the evaluation table of the whole zoo (no model needed).
     input:
-        curves=expand("results/models/{model}/curve.csv", model=toy_models()),
-        evals=expand("results/models/{model}/eval.json", model=toy_models()),
+        curves=[f"{d}/curve.csv" for d in zoo_members().values()],
+        evals=[f"{d}/eval.json" for d in zoo_members().values()],
     output:
         curves=report("results/figures/zoo_training.pdf", category="Toy zoo"),
         table=report("results/figures/zoo_eval.pdf", category="Toy zoo"),
@@ -77,7 +77,7 @@ rule plot_zoo:
     resources:
         mem_mb=1000,
     params:
-        names=toy_models(),
+        names=list(zoo_members()),
     script:
         "../workflow_scripts/plot_zoo.py"
 

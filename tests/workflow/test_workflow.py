@@ -264,22 +264,34 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
     assert "mem_mb=29000" in swap and "gpu=1" in swap
 
 
-def test_default_run_trains_the_toys_most_experiments_wait_on_first(tmp_path):
-    """qwen_toy feeds six experiments, granite_toy four, falcon_toy three, the sweep sizes one: a toy
-    that finishes late holds up the most jobs behind it, so training (and gating) starts with it."""
+def test_toys_that_more_experiments_wait_on_train_first(tmp_path):
+    """In the test config qwen_tiny feeds six experiments, granite_tiny four, falcon_tiny three and
+    qwen_tiny_s one: a toy that finishes late holds up the most jobs behind it, so training starts with it."""
     cwd = workdir(tmp_path)
-    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "2"], cwd=cwd, capture_output=True, text=True)
+    res = snakemake(cwd, "-n")
     assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
     jobs = re.findall(
         r"rule (train_toy|evaluate_toy):\n(?:    .*\n)*?    wildcards: model=(\w+)\n    priority: (\d+)", res.stdout
     )
     priority = {(rule, model): int(p) for rule, model, p in jobs}
-    assert {m for r, m in priority if r == "train_toy"} == {"qwen_toy", "granite_toy", "falcon_toy"} | {
-        f"qwen_s{i}" for i in range(1, 6)
-    }
+    assert {m for r, m in priority if r == "train_toy"} == {*MODELS, "qwen_tiny_s"}
     for rule in ("train_toy", "evaluate_toy"):
-        assert priority[rule, "qwen_toy"] == 16 and priority[rule, "granite_toy"] == 14
-        assert priority[rule, "falcon_toy"] == 13 and priority[rule, "qwen_s3"] == 11
+        assert priority[rule, "qwen_tiny"] == 16 and priority[rule, "granite_tiny"] == 14
+        assert priority[rule, "falcon_tiny"] == 13 and priority[rule, "qwen_tiny_s"] == 11
+
+
+def test_the_default_config_loads_the_shipped_zoo_and_trains_nothing(tmp_path):
+    cwd = workdir(tmp_path)
+    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "2"], cwd=cwd, capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-2000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert "train_toy" not in jobs and "evaluate_toy" not in jobs and jobs["plot_zoo"] == "1"
+    cfg = yaml.safe_load((cwd / "config/config.yaml").read_text())
+    for name, entry in cfg["models"].items():  # each a shipped checkpoint whose manifest its jobs read
+        assert entry["source"] == f"zoo/{name}" and (cwd / entry["source"] / "manifest.json").is_file()
+    circuit = out[out.index("rule circuit:") :].split("\n\n")[0]
+    assert re.search(r"input: zoo/\w+/manifest.json", circuit)
 
 
 def test_a_shipped_toy_carries_its_manifest_and_a_changed_file_is_refused(run1, tmp_path):
