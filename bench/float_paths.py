@@ -39,6 +39,7 @@ ANSWERS = ["correct", "redirect", "answers_a", "answers_b", "generated", "retrie
 
 def run(name, root):
     cwd = root / name
+    cwd.mkdir(parents=True)
     for part in PARTS:
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, cwd / part)
     env, extra = RUNS[name]
