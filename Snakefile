@@ -11,6 +11,7 @@ include: "rules/circuit.smk"
 include: "rules/scale.smk"
 include: "rules/stitch.smk"
 include: "rules/hla.smk"
+include: "rules/summary.smk"
 
 
 report: "report/workflow.rst"

@@ -1,0 +1,22 @@
+# The run's headline numbers in one page, from the experiments' tables.
+
+
+rule summary:
+    input:
+        unpack(summary_tables),
+    output:
+        report("results/summary.md", category="Summary"),
+    log:
+        "logs/summary/summary.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        models=lambda wc: {
+            name: {"family": m["family"], "source": m["source"]}
+            for name, m in config["models"].items()
+        },
+    script:
+        "../workflow_scripts/summary.py"

@@ -1,0 +1,158 @@
+"""results/summary.md: each experiment's headline numbers, with intervals, read from the tables a run wrote.
+
+summarize  the whole page from {section: table path}; a section whose table the run did not make is left out
+
+Every number is a table's, formatted as `rate [lo, hi]` (95 % bootstrap or Wilson intervals, as the table
+gives them); nothing is computed here but selections.
+"""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+
+def _ci(value, lo=None, hi=None) -> str:
+    if pd.isna(value):
+        return "–"
+    if lo is None or pd.isna(lo):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _table(header, rows) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def _read(path):
+    return pd.read_csv(path, sep="\t")
+
+
+def _zoo(path):
+    t = _read(path)
+    t = t[t["metric"] == "retrieval"]
+    formats = list(dict.fromkeys(t["format"]))
+    rows = []
+    for model, g in t.groupby("model", sort=False):
+        g = g.set_index("format")
+        cells = [_ci(*g.loc[f, ["value", "ci_lo", "ci_hi"]]) if f in g.index else "–" for f in formats]
+        rows.append([model, g["n_pairs"].iloc[0], *cells, g["gate"].iloc[0]])
+    return "Toy zoo: held-out retrieval per format", _table(["model", "pairs", *formats, "gate"], rows)
+
+
+def _redirect(g, kind, block, donor):
+    """The final-position redirect of one transplant condition of one model, with its interval."""
+    r = g[(g["kind"] == kind) & (g["block"] == block) & (g["donor"] == donor) & g["positions"].isin(["final", ""])]
+    return _ci(*r.iloc[0][["redirect", "redirect_lo", "redirect_hi"]]) if len(r) else "–"
+
+
+def _circuit(path):
+    t = _read(path).fillna("")
+    conditions = [("none", "", ""), ("query", "address", "same_dict"), ("query", "control_group", "same_dict")]
+    conditions += [("query", "address", "other_dict"), ("state", "address", "same_dict")]
+    rows = [[model, *(_redirect(g, *c) for c in conditions)] for model, g in t.groupby("model", sort=False)]
+    header = ["model", "no transplant", "Address block", "control group", "other dictionary", "state transplant"]
+    return "Encode–Address circuit: redirect rate of the final-position query transplant", _table(header, rows)
+
+
+def _split(path):
+    t = _read(path)
+    t = t[t["property"] == "retrieval"]
+    conditions = [c for c in ("kv_only", "state_only", "state_swap") if c in set(t["condition"])]
+    rows = []
+    for model, g in t.groupby("model", sort=False):
+        g = g.set_index("condition")
+        rows.append([model] + [_ci(*g.loc[c, ["retention", "retention_lo", "retention_hi"]]) for c in conditions])
+    return "Split-prefill: retention of retrieval against the full cache", _table(["model", *conditions], rows)
+
+
+def _scale(path):
+    t = _read(path)
+    rows = [
+        [
+            r["model"],
+            r["parameters"],
+            r["verdict"],
+            r["groups_needed"],
+            r["best_single"],
+            f"{r['best_single_redirect']:.3f}",
+        ]
+        for _, r in t.iterrows()
+    ]
+    header = ["model", "parameters", "verdict", "groups needed", "best single group", "its redirect"]
+    return "Scale sweep: where the Address computation lives", _table(header, rows)
+
+
+def _stitch(paths):
+    rows = []
+    for path in paths:
+        t = _read(path)
+        for (receiver, donor), g in t.groupby(["receiver", "donor"], sort=False):
+            g = g[(g["transfer"] == "address") & (g["measure"] == "accuracy")].set_index("condition")
+            cells = [
+                _ci(*g.loc[c, ["rate", "lo", "hi"]]) if c in g.index else "–"
+                for c in ("intact", "stitched", "shuffled_map", "ablated")
+            ]
+            rows.append([receiver, donor, *cells])
+    header = ["receiver", "donor", "intact", "donor's Address block", "shuffled map", "block ablated"]
+    return "Stitching: the receiver's accuracy with the donor's Address block swapped in", _table(header, rows)
+
+
+def _hla(path):
+    t = _read(path)
+    t = t[t["task"] == "macro"]
+    lengths = sorted(t["length"].unique())
+    rows = []
+    for mode, g in t.groupby("mode", sort=False):
+        g = g.set_index("length")
+        rows.append([mode] + [_ci(*g.loc[n, ["accuracy", "lo", "hi"]]) for n in lengths])
+    return "HLA: macro accuracy over the long-context suite by context length", _table(
+        ["mode", *map(str, lengths)], rows
+    )
+
+
+SECTIONS = {
+    "zoo": _zoo,
+    "circuit": _circuit,
+    "split_prefill": _split,
+    "scale": _scale,
+    "stitch": _stitch,
+    "hla_length": _hla,
+    "hla_adapt": _hla,
+}
+
+
+def _models(models: dict) -> list[str]:
+    """Registry name, family and source of every model; a shipped toy's source names its commit."""
+    rows = []
+    for name, entry in models.items():
+        source = entry["source"]
+        if isinstance(source, dict):
+            source = f"{next(iter(source))} spec, built in this run"
+        else:
+            manifest = Path(source, "manifest.json")
+            if manifest.is_file():
+                source += f" (shipped, trained at {json.loads(manifest.read_text()).get('commit', 'unknown')[:10]})"
+        rows.append([name, entry["family"], source])
+    return _table(["model", "family", "source"], rows)
+
+
+def summarize(tables: dict, models: dict | None = None, title: str = "hybridlens results") -> str:
+    """Markdown for `tables`: {section: path (stitch: a list of paths)}, in SECTIONS order, after the
+    registry entries (`models`: name -> {family, source}) the numbers come from."""
+    lines = [f"# {title}", "", "Written by the pipeline from `results/tables/`; intervals are 95 %.", ""]
+    if models:
+        lines += ["## Models", "", *_models(models), ""]
+    for section, make in SECTIONS.items():
+        if not tables.get(section):
+            continue
+        heading, table = make(tables[section])
+        if section == "hla_adapt":
+            heading = "HLA adaptation: macro accuracy by length, per adapted model and phase"
+        lines += [f"## {heading}", "", *table, ""]
+    return "\n".join(lines)
+
+
+def write_summary(tables: dict, models: dict, path) -> None:
+    Path(path).write_text(summarize(tables, models))
