@@ -7,7 +7,10 @@ with script_log(snakemake):
 
     import pandas as pd
 
+    from hybridlens.plots import use_models
     from hybridlens.plots.zoo import eval_table, plot_eval, plot_training
+
+    use_models(snakemake.config["models"])  # every figure colours a model the same way
 
     names = snakemake.params.names
     curves = {n: pd.read_csv(f) for n, f in zip(names, snakemake.input.curves, strict=True)}

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybridlens.plots import WEAK, weak_note
+from hybridlens.plots import CONDITION_COLORS, WEAK, interval, weak_note
 
 # Conditions in reading order: the Address block's transplants, then the controls.
 CONDITIONS = [
@@ -40,36 +40,39 @@ def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFram
         x = np.arange(len(groups))
         for j, mode in enumerate(("zero", "mean")):
             m = a[a["mode"] == mode].set_index(a[a["mode"] == mode]["layers"].astype(str)).loc[groups]
-            err = np.vstack([m["accuracy"] - m["accuracy_lo"], m["accuracy_hi"] - m["accuracy"]])
-            ax.bar(x + (j - 0.5) * 0.4, m["accuracy"], 0.4, yerr=err, capsize=2, label=f"{mode}-ablated")
-        ax.axhline(c["intact"]["accuracy"], color="black", lw=0.8, ls="--", label="intact")
-        ax.set_xticks(x, [f"G{i}\nL{g}" for i, g in enumerate(groups)], fontsize=7)
+            at = x + (j - 0.5) * 0.4
+            ax.bar(at, m["accuracy"], 0.4, color=CONDITION_COLORS[mode], label=f"{mode}-ablated")
+            interval(ax, at, m["accuracy"], m["accuracy_lo"], m["accuracy_hi"])
+        ax.axhline(c["intact"]["accuracy"], color=CONDITION_COLORS["intact"], lw=0.8, ls="--", label="intact")
+        ax.set_xticks(x, [f"G{i}\nL{g}" for i, g in enumerate(groups)])
         ax.set_ylim(0, 1.05)
         enc, adr, rd = c["encode"], c["address"], c["reader"]
         address = "none before the reader" if adr["group"] is None else f"G{adr['group']}"
         title = f"{model}\nEncode G{enc['group']}, Address {address}, reader L{rd['layer']}.h{rd['head']}"
         if c["intact"]["accuracy"] < WEAK:  # a model that does not retrieve has no circuit to find
             title += "\n" + weak_note(c["intact"]["accuracy"])
-        ax.set_title(title, fontsize=8)
-        ax.set_ylabel("retrieval accuracy", fontsize=8)
-        ax.legend(fontsize=6)
+        ax.set_title(title)
+        ax.set_ylabel("retrieval accuracy")
         ax = axes[1][col]
         t = transplant[transplant["model"] == model].set_index(["kind", "block", "donor", "positions"])
         conds = [k for k in CONDITIONS if k in t.index]
         if conds:
             r = t.loc[conds]
-            err = np.vstack([r["redirect"] - r["redirect_lo"], r["redirect_hi"] - r["redirect"]])
             colours = [
-                "#1b6ca8" if k[1] == "address" and k[2] == "same_dict" and k[3] != "dict" else "#999999" for k in conds
+                CONDITION_COLORS[
+                    "address" if k[1] == "address" and k[2] == "same_dict" and k[3] != "dict" else "control"
+                ]
+                for k in conds
             ]
-            ax.barh(np.arange(len(conds)), r["redirect"], xerr=err, color=colours, capsize=2)
-            ax.set_yticks(np.arange(len(conds)), [label(*k) for k in conds], fontsize=7)
+            y = np.arange(len(conds))
+            ax.barh(y, r["redirect"], color=colours)
+            interval(ax, r["redirect"], y, r["redirect_lo"], r["redirect_hi"], horizontal=True)
+            ax.set_yticks(y, [label(*k) for k in conds])
             ax.invert_yaxis()
         ax.set_xlim(0, 1.05)
-        ax.set_xlabel("redirect rate (host answers the donor's key)", fontsize=8)
-    fig.suptitle(
-        "Encode–Address circuit: ablation (top), transplants and controls (bottom); 95 % bootstrap", fontsize=9
-    )
+        ax.set_xlabel("redirect rate (host answers the donor's key)")
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Encode–Address circuit: ablation (top), transplants and controls (bottom); 95 % bootstrap")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -9,10 +9,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybridlens.plots import WEAK, weak_note
+from hybridlens.plots import CONDITION_COLORS, WEAK, interval, weak_note
 from hybridlens.stats import bootstrap, wilson
 
-COLOURS = {"gdn": "#555555", "fixed": "#e08a00", "hla": "#1b6ca8"}
+MODES = {"gdn": "GDN", "fixed": "fixed chunk mixing", "hla": "HLA"}
+PHASES = {
+    "before": "before",
+    "converted": "converted to HLA",
+    "after": "HLA fine-tuned",
+    "gdn_finetuned": "GDN fine-tuned (control)",
+}
 
 
 def length_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -43,27 +49,25 @@ def length_table(rows: pd.DataFrame) -> pd.DataFrame:
 def plot_adapt(table: pd.DataFrame, path):
     """Macro accuracy by length for each adapted model: before, right after conversion, after fine-tuning."""
     macro = table[table["task"] == "macro"]
-    fig, ax = plt.subplots(figsize=(4.6, 3.2))
-    styles = {
-        "before": ("#555555", "o"),
-        "gdn_finetuned": ("#e08a00", "^"),
-        "converted": ("#999999", "x"),
-        "after": ("#1b6ca8", "s"),
-    }
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    markers = {"before": "o", "gdn_finetuned": "^", "converted": "x", "after": "s"}
+    models = list(dict.fromkeys(n.split(":")[0] for n in macro["mode"]))
+    lines = {m: ["-", "--", ":", "-."][k % 4] for k, m in enumerate(models)}
     for name in dict.fromkeys(macro["mode"]):
         model, phase = name.split(":")
         t = macro[macro["mode"] == name].sort_values("length")
-        colour, marker = styles.get(phase, (None, "o"))
-        label = f"{model} {phase}"
+        colour, marker = CONDITION_COLORS.get(phase), markers.get(phase, "o")
+        label = f"{model}: {PHASES.get(phase, phase)}"
         if phase == "before" and t["accuracy"].max() < WEAK:  # the model does not do the task to begin with
             label += " " + weak_note(t["accuracy"].max(), "best")
-        ax.plot(t["length"], t["accuracy"], marker=marker, color=colour, label=label)
+        ax.plot(t["length"], t["accuracy"], marker=marker, ls=lines[model], color=colour, label=label)
+        interval(ax, t["length"], t["accuracy"], t["lo"], t["hi"])
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("context length")
+    ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("macro answer accuracy")
-    ax.legend(fontsize=7)
-    ax.set_title("GDN -> HLA: before, converted (gates ~1), fine-tuned; control: GDN fine-tuned alike", fontsize=7)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    ax.set_title("Adapting a trained model's GDN layers to HLA")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -77,24 +81,21 @@ def plot_length(table: pd.DataFrame, path):
     for ax, task in zip(axes.flat, tasks, strict=False):
         for mode in dict.fromkeys(table["mode"]):
             t = table[(table["task"] == task) & (table["mode"] == mode)].sort_values("length")
-            ax.errorbar(
-                t["length"],
-                t["accuracy"],
-                yerr=np.nan_to_num(np.abs([t["accuracy"] - t["lo"], t["hi"] - t["accuracy"]])),
-                marker="o",
-                ms=3,
-                capsize=2,
-                label=mode,
-                color=COLOURS.get(mode),
+            ax.plot(
+                t["length"], t["accuracy"], marker="o", ms=3, label=MODES.get(mode, mode), color=CONDITION_COLORS[mode]
             )
+            interval(ax, t["length"], t["accuracy"], t["lo"], t["hi"])
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1.02)
-        ax.set_title(task, fontsize=8)
+        ax.set_title(task.replace("_", " "))
     for ax in axes.flat[len(tasks) :]:
         ax.axis("off")
-    axes[0][0].legend(fontsize=7)
-    axes[0][0].set_ylabel("answer accuracy")
-    fig.suptitle("Long-context recall by length: trained at the first length, evaluated up to 8x", fontsize=9)
+    axes[0][0].legend()
+    for ax in axes[:, 0]:
+        ax.set_ylabel("answer accuracy")
+    for ax in axes[-1]:
+        ax.set_xlabel("context length (tokens)")
+    fig.suptitle("Long-context recall by length: trained at the first length, evaluated up to 8x; 95 % intervals")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

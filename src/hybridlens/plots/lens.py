@@ -7,7 +7,7 @@ plot_logit_lens  one panel per model: residual norm and answer rank by layer, at
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from hybridlens.plots import WEAK, weak_note
+from hybridlens.plots import PALETTE, WEAK, weak_note
 from hybridlens.stats import wilson
 
 
@@ -41,16 +41,17 @@ def plot_logit_lens(summary: pd.DataFrame, path):
     for ax, model in zip(axes[0], models, strict=True):
         d = summary[summary["model"] == model]
         for _, r in d[d["kind"] != "linear"].iterrows():
-            ax.axvspan(r["layer"] - 0.4, r["layer"] + 0.4, color="tab:orange", alpha=0.15, lw=0)
-        ax.plot(d["layer"], d["rank_median"], "o-", color="tab:blue", label="answer rank (median)")
-        ax.fill_between(d["layer"], d["rank_q1"], d["rank_q3"], color="tab:blue", alpha=0.2)
+            ax.axvspan(r["layer"] - 0.4, r["layer"] + 0.4, color=PALETTE[1], alpha=0.15, lw=0)
+        ax.plot(d["layer"], d["rank_median"], "o-", color=PALETTE[0], label="answer rank (median)")
+        ax.fill_between(d["layer"], d["rank_q1"], d["rank_q3"], color=PALETTE[0], alpha=0.2)
         final_top1 = d.sort_values("layer")["top1"].iloc[-1]
         title = model if final_top1 >= WEAK else f"{model}\n{weak_note(final_top1, 'final top-1')}"
         ax.set(yscale="log", xlabel="layer (shaded: attention / parallel)", title=title)
-        ax.set_ylabel("logit-lens rank of answer", color="tab:blue")
+        ax.set_ylabel("answer's rank under the unembedding\n(median, quartiles shaded)", color=PALETTE[0])
         twin = ax.twinx()
-        twin.plot(d["layer"], d["resid_norm"], "s--", color="tab:green", ms=3)
-        twin.set_ylabel("residual norm (median)", color="tab:green")
+        twin.grid(False)
+        twin.plot(d["layer"], d["resid_norm"], "s--", color=PALETTE[2], ms=3)
+        twin.set_ylabel("residual norm (median)", color=PALETTE[2])
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybridlens.plots import WEAK, weak_note
+from hybridlens.plots import CONDITION_COLORS, PALETTE, WEAK, interval, weak_note
 
 
 def _size_label(row):
@@ -34,6 +34,7 @@ def _grid(sizes, table, column, value):
 
 def _heatmap(ax, grid, sizes, title, vmin=0.0, vmax=1.0, cmap="viridis"):
     im = ax.imshow(grid, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
+    ax.grid(False)
     for (i, j), v in np.ndenumerate(grid):
         if np.isfinite(v):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v < 0.5 else "black")
@@ -68,7 +69,7 @@ def removal(tables, path):
         if ax is not axes[0]:
             ax.set_yticklabels([])
     fig.colorbar(im, ax=axes, shrink=0.8)
-    fig.suptitle("removal profile: each group's writes zeroed at every position", fontsize=9)
+    fig.suptitle("removal profile: each group's writes zeroed at every position", y=1.06)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
 
@@ -83,24 +84,27 @@ def chain(tables, path):
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.9 + 0.35 * len(t)), gridspec_kw={"width_ratios": [3, 2]})
     ax = axes[0]
     y = np.arange(len(t))
-    err = np.vstack([t["redirect"] - t["redirect_lo"], t["redirect_hi"] - t["redirect"]])
-    ax.barh(y, t["redirect"], xerr=err, color="#1b6ca8", alpha=0.5, capsize=2, label="redirect rate")
+    ax.barh(y, t["redirect"], color=CONDITION_COLORS["address"], alpha=0.5, label="redirect rate")
+    interval(ax, t["redirect"], y, t["redirect_lo"], t["redirect_hi"], horizontal=True)
     for k, r in enumerate(readers):
-        ax.plot(t[f"{r}_to_a"], y, "o", ms=4, color=f"C{k + 1}", label=f"{r} attention to donor's target")
+        ax.plot(t[f"{r}_to_a"], y, "o", ms=4, color=PALETTE[k + 1], label=f"{r} attention to donor's target")
     ax.set_yticks(y, t["groups"], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1.05)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(readers) + 1, frameon=False)
     ax.set_title(f"{largest}: group sets transplanted at the final token", fontsize=8)
     ax = axes[1]
     if len(b):
         yb = np.arange(len(b))
-        ax.barh(yb - 0.2, b["attention_intact"], 0.4, color="#999999", label="intact")
-        err = np.vstack(
-            [b["attention_blocked"] - b["attention_blocked_lo"], b["attention_blocked_hi"] - b["attention_blocked"]]
+        ax.barh(yb - 0.2, b["attention_intact"], 0.4, color=CONDITION_COLORS["intact"], label="intact")
+        interval(
+            ax, b["attention_intact"], yb - 0.2, b["attention_intact_lo"], b["attention_intact_hi"], horizontal=True
         )
         ax.barh(
-            yb + 0.2, b["attention_blocked"], 0.4, xerr=err, color="#c0392b", capsize=2, label="earlier reader blocked"
+            yb + 0.2, b["attention_blocked"], 0.4, color=CONDITION_COLORS["blocked"], label="earlier reader blocked"
+        )
+        interval(
+            ax, b["attention_blocked"], yb + 0.2, b["attention_blocked_lo"], b["attention_blocked_hi"], horizontal=True
         )
         ax.set_yticks(yb, [f"{r.reader}\n({r.blocked} blocked)" for r in b.itertuples()], fontsize=7)
         ax.invert_yaxis()
@@ -122,8 +126,8 @@ def groups_needed(tables, path):
     top = int(max(len(str(g).split()) for g in s["groups"])) + 1
     fig, ax = plt.subplots(figsize=(5, 3.2))
     reached = s["groups_needed"].notna()
-    ax.plot(s["parameters"][reached], s["groups_needed"][reached], "o-", color="#1b6ca8")
-    ax.plot(s["parameters"][~reached], [top] * int((~reached).sum()), "x", color="#c0392b", label="never reached")
+    ax.plot(s["parameters"][reached], s["groups_needed"][reached], "o-", color=CONDITION_COLORS["address"])
+    ax.plot(s["parameters"][~reached], [top] * int((~reached).sum()), "x", color=PALETTE[3], label="never reached")
     for r in s.itertuples():
         y = r.groups_needed if pd.notna(r.groups_needed) else top
         ax.annotate(r.model, (r.parameters, y), fontsize=6, xytext=(3, 3), textcoords="offset points")

@@ -7,11 +7,11 @@ plot_state_swap  per model and style channel: state-swap outputs by content sour
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 
-from hybridlens.plots import WEAK, weak_note
+from hybridlens.plots import PROPERTY_COLORS, WEAK, interval, weak_note
 
 PROPERTIES = ("retrieval", "language", "persona")
-COLOURS = {"retrieval": "#1b6ca8", "language": "#e08a00", "persona": "#5b9a3c"}
 
 
 def plot_retention(table: pd.DataFrame, path):
@@ -25,34 +25,22 @@ def plot_retention(table: pd.DataFrame, path):
         full = t.xs("full", level="condition")["metric"]
         for j, prop in enumerate(PROPERTIES):
             rows = t.loc[[(c, prop) for c in conditions]]
-            val = rows["retention"].to_numpy(float)
-            err = np.abs(np.vstack([val - rows["retention_lo"], rows["retention_hi"] - val]))
+            at = x + (j - 1) * width
             # A ratio to a full-cache rate near zero says nothing: drawn hatched and faint.
             weak = full[prop] < WEAK
-            ax.bar(
-                x + (j - 1) * width,
-                val,
-                width,
-                yerr=np.nan_to_num(err),
-                color=COLOURS[prop],
-                label=prop,
-                capsize=2,
-                alpha=0.3 if weak else 1.0,
-                hatch="//" if weak else None,
-            )
+            style = {"alpha": 0.3, "hatch": "//"} if weak else {}
+            ax.bar(at, rows["retention"], width, color=PROPERTY_COLORS[prop], label=prop, **style)
+            interval(ax, at, rows["retention"], rows["retention_lo"], rows["retention_hi"])
         title = f"{model}\nfull cache: " + ", ".join(f"{p[:4]} {full[p]:.2f}" for p in PROPERTIES)
         if full.max() < WEAK:  # no property survives even the full cache: the model does not do the task
             title += "\n" + weak_note(full.max(), "best full-cache rate")
-        ax.set_title(title, fontsize=8)
-        ax.set_xticks(x, [c.replace("_", "\n") for c in conditions], fontsize=7)
+        ax.set_title(title)
+        ax.set_xticks(x, [c.replace("_", "\n") for c in conditions])
         ax.axhline(1, color="grey", lw=0.6, ls="--")
         ax.set_ylim(0, 1.3)
     axes[0][0].set_ylabel("retention (metric / full cache)")
-    axes[0][0].legend(fontsize=7, loc="upper left", ncol=3)
-    fig.suptitle(
-        f"What survives in each memory channel (95 % bootstrap intervals; hatched: full-cache rate < {WEAK})",
-        fontsize=9,
-    )
+    axes[0][0].legend(loc="upper left", ncol=3)
+    fig.suptitle(f"What survives in each memory channel (95 % bootstrap intervals; hatched: full-cache rate < {WEAK})")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -68,17 +56,15 @@ def plot_state_swap(table: pd.DataFrame, path):
         for row, style in enumerate(styles):
             t = table[(table["model"] == model) & (table["style"] == style)]
             m = t.pivot(index="content_source", columns="style_source", values="fraction").reindex(contents)[sources]
+            m.index = ["A (KV)", "B (state)", "A, other key", "B, other key", "neither"]
+            m.columns = ["A (KV)", "B (state)", "other"]
             ax = axes[row][col]
-            ax.imshow(m.to_numpy(float), vmin=0, vmax=1, cmap="Blues")
-            for (i, j), v in np.ndenumerate(m.to_numpy(float)):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="black" if v < 0.6 else "white")
-            ax.set_xticks(range(3), ["A (KV)", "B (state)", "other"], fontsize=7)
-            ax.set_yticks(range(5), ["A (KV)", "B (state)", "A, other key", "B, other key", "neither"], fontsize=7)
-            ax.set_xlabel(f"{style} from", fontsize=8)
-            ax.set_ylabel("content (value) from", fontsize=8)
+            sns.heatmap(m.astype(float), vmin=0, vmax=1, cmap="Blues", annot=True, fmt=".2f", cbar=False, ax=ax)
+            ax.set_xlabel(f"{style} from")
+            ax.set_ylabel("content (value) from")
             if row == 0:
-                ax.set_title(model, fontsize=9)
-    fig.suptitle("State-swap: KV cache of context A, recurrent states of context B", fontsize=9)
+                ax.set_title(model)
+    fig.suptitle("State-swap: KV cache of context A, recurrent states of context B")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

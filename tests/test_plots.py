@@ -1,0 +1,30 @@
+"""The shared figure style: intervals drawn where the tables say, models coloured by registry order."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from hybridlens.plots import PALETTE, interval, model_color, use_models
+from hybridlens.plots.zoo import plot_training
+
+
+def test_interval_bars_span_the_tables_bounds_and_nan_draws_nothing():
+    fig, ax = plt.subplots()
+    bars = interval(ax, [0, 1, 2], [0.5, 0.6, 0.2], [0.4, 0.5, np.nan], [0.7, 0.65, np.nan])
+    segments = bars.lines[2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in segments] == [(0.4, 0.7), (0.5, 0.65), (0.2, 0.2)]
+    bars = interval(ax, [0.5], [3], [0.25], [0.75], horizontal=True)
+    assert tuple(bars.lines[2][0].get_segments()[0][:, 0]) == (0.25, 0.75)
+    plt.close(fig)
+
+
+def test_a_model_keeps_its_colour_whichever_models_a_figure_shows(tmp_path, monkeypatch):
+    use_models(["qwen_toy", "granite_toy", "falcon_toy"])
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))  # keep the figures to read them
+    curve = pd.DataFrame({"step": [0, 25], "n_pairs": [2, 2], "loss": [1.0, 0.5], "accuracy": [0.1, 0.2]})
+    plot_training({"granite_toy": curve, "falcon_toy": curve}, tmp_path / "a.png")
+    plot_training({"falcon_toy": curve}, tmp_path / "b.png")
+    colours = [[line.get_color() for line in fig.axes[0].lines] for fig in drawn]
+    assert colours == [[PALETTE[1], PALETTE[2]], [PALETTE[2]]]
+    assert model_color("unlisted") == PALETTE[3]  # a model outside the registry gets the next colour
