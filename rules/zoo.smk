@@ -102,11 +102,20 @@ rule ship_toy:
     threads: 1
     params:
         training=training_params,
+        name=lambda wc: wc.model,
+        margin=config["zoo"]["margin"],
     script:
         "../workflow_scripts/ship_toy.py"
 
 
 rule ship_zoo:
-    # `make zoo`: every toy of the config trained, gated and copied to zoo/.
+    # `make zoo`: every toy of the config trained, gated and copied to zoo/, with the from-scratch HLA models.
     input:
         expand("zoo/{model}/manifest.json", model=toy_models()),
+        []
+        if config["hla"].get("source")
+        else expand(
+            "zoo/hla/{mode}_s{seed}/manifest.json",
+            mode=config["hla"]["modes"],
+            seed=config["hla"]["seeds"],
+        ),

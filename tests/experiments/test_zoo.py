@@ -112,25 +112,40 @@ def test_short_training_lowers_the_loss(tokenizer):
     assert last < 0.8 * first  # an untrained model stays at ~1.0x
 
 
-def test_anneal_decays_the_learning_rate_to_zero_and_ends_training(tokenizer):
+def test_anneal_decays_the_learning_rate_to_zero_after_done_and_ends_training(tokenizer):
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
     rates = []
     hook = register_optimizer_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
     try:
-        curve = train_toy(model, tokenizer, 40, [4], batch_size=4, lr=1e-3, done=1.1, anneal=10, progress=False)
+        curve = train_toy(model, tokenizer, 40, [4], batch_size=4, lr=1e-3, done=0.0, anneal=10, progress=False)
     finally:
         hook.remove()
-    # One stage: the last stage begins at step 0, so the decay multiplies the warm-up from the start.
+    # done is reached at step 0, so the decay multiplies the warm-up from the start.
     expected = [1e-3 * (s + 1) / 50 * 0.5 * (1 + math.cos(math.pi * s / 10)) for s in range(11)]
     assert rates == pytest.approx(expected, abs=1e-12) and rates[-1] == pytest.approx(0.0, abs=1e-12)
     assert curve[-1]["step"] == 10
 
 
+def test_a_validation_target_trains_on_past_done_and_stops_once_reached(tokenizer):
+    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
+    kwargs = {"stages": [2], "batch_size": 4, "done": 0.0, "validate_every": 3, "val_n": 4, "progress": False}
+    curve = train_toy(model, tokenizer, 10, target=1.1, **kwargs)  # never reached: validated to the end
+    validated = [r for r in curve if "validation" in r]
+    assert [r["step"] for r in validated] == [0, 3, 6, 9] and curve[-1]["step"] == 9
+    hm = HybridModel(model, tokenizer)
+    worst = min(r["retrieval"] for r in evaluate_model(hm, 7001, 4, 2, formats=("chat", "list")))
+    assert validated[-1]["validation"] == worst  # the validation set is evaluate_model's, at its own seed
+    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
+    curve = train_toy(model, tokenizer, 10, target=0.0, **kwargs)  # reached at the first validation
+    assert curve[-1]["step"] == 0 and curve[-1]["validation"] >= 0.0
+
+
 def test_a_toy_spec_overrides_the_zoo_stopping_rules(tmp_path):
     spec = {"hidden_size": 16, "layout": "LA", "heads": 2}
     assert train_and_save("qwen3_5", {**spec, "done": 0.0}, ZOO, tmp_path / "a", False)[-1]["step"] == 0
-    assert train_and_save("qwen3_5", {**spec, "anneal": 3}, ZOO, tmp_path / "b", False)[-1]["step"] == 3
-    assert train_and_save("qwen3_5", spec, {**ZOO, "anneal": 4}, tmp_path / "c", False)[-1]["step"] == 4
+    assert train_and_save("qwen3_5", {**spec, "done": 0.0, "anneal": 3}, ZOO, tmp_path / "b", False)[-1]["step"] == 3
+    assert train_and_save("qwen3_5", spec, {**ZOO, "done": 0.0, "anneal": 4}, tmp_path / "c", False)[-1]["step"] == 4
+    assert train_and_save("qwen3_5", {**spec, "anneal": 3}, ZOO, tmp_path / "e", False)[-1]["step"] == ZOO["steps"] - 1
     assert train_and_save("qwen3_5", spec, ZOO, tmp_path / "d", False)[-1]["step"] == ZOO["steps"] - 1
 
 
