@@ -33,12 +33,13 @@ run: $(STAMP)
 	  fi; \
 	  exit $$status; }
 
-# Retrain every toy of config/presets/zoo.yaml from scratch, gate it and copy it to zoo/ with its manifest.
+# Retrain every toy of config/presets/zoo.yaml and the from-scratch HLA models, gate them and copy them to
+# zoo/ with their manifests.
 zoo: $(STAMP)
 	$(BIN)/python -m hybridlens.config config/presets/zoo.yaml
 	@start=$$(date +%s); \
 	$(BIN)/snakemake --cores all --workflow-profile profiles/local --configfile config/presets/zoo.yaml \
-	  --forcerun train_toy -- ship_zoo && \
+	  --keep-going --forcerun train_toy hla_train -- ship_zoo && \
 	echo "make zoo: trained and shipped in $$(( $$(date +%s) - start )) s"
 
 lint: $(STAMP)

@@ -157,6 +157,8 @@ TRAINING_KEYS = [
     "advance",
     "done",
     "anneal",
+    "target",
+    "validate_every",
 ]
 
 
@@ -251,6 +253,43 @@ def hla_settings(keep=None, exclude=()):
             if (keep is None or k in keep) and k not in exclude
         }
     )
+
+
+HLA_TRAINING_KEYS = ["symbols", "hidden", "layers", "heads", "chunk", "bucket"]
+HLA_TRAINING_KEYS += ["train_length", "steps", "batch_size", "lr", "reg"]
+
+
+def hla_training(wildcards):
+    """What training one from-scratch HLA model depends on: the hla keys that shape or train it."""
+    return canonical(
+        {"mode": wildcards.mode, "seed": int(wildcards.seed)}
+        | {k: config["hla"][k] for k in HLA_TRAINING_KEYS}
+    )
+
+
+def hla_model_input(wildcards):
+    """A from-scratch model trained in this run, or the manifest of one shipped under hla.source."""
+    run = f"{wildcards.mode}_s{wildcards.seed}"
+    if config["hla"].get("source"):
+        return f"{config['hla']['source']}/{run}/manifest.json"
+    return f"results/hla/models/{run}/model.safetensors"
+
+
+def check_hla_source():
+    """Shipped from-scratch models are not retrained by a normal run: every (mode, seed) must be there."""
+    source = config["hla"].get("source")
+    runs = [f"{m}_s{s}" for m in config["hla"]["modes"] for s in config["hla"]["seeds"]]
+    missing = [
+        r for r in runs if source and not Path(source, r, "manifest.json").is_file()
+    ]
+    if missing:
+        raise ValueError(
+            f"config hla.source: {source} has no shipped model {', '.join(missing)}; "
+            "choose modes and seeds it has, or set hla.source: null to train them in the run"
+        )
+
+
+check_hla_source()
 
 
 def hla_resource(key, default):
@@ -399,7 +438,23 @@ def final_outputs():
         outputs.append("results/figures/hla_length.pdf")
     if config["hla"]["adapt_models"]:
         outputs.append("results/figures/hla_adapt.pdf")
-    return outputs
+    return outputs + ["results/summary.md"]
+
+
+def summary_tables(wildcards=None):
+    """The headline table of every experiment this config runs, by summary section."""
+    tables = {
+        "zoo": bool(zoo_members()) and "results/tables/zoo_eval.tsv",
+        "circuit": selected("circuit", "models", config["models"])
+        and "results/tables/circuit_transplant.tsv",
+        "split_prefill": selected("split_prefill", "models", config["models"])
+        and "results/tables/split_prefill_retention.tsv",
+        "scale": config["scale"]["models"] and "results/scale/sizes.tsv",
+        "stitch": [f"results/stitch/{pair}/summary.tsv" for pair in stitch_pairs()],
+        "hla_length": config["hla"]["modes"] and "results/tables/hla_length.tsv",
+        "hla_adapt": config["hla"]["adapt_models"] and "results/tables/hla_adapt.tsv",
+    }
+    return {section: path for section, path in tables.items() if path}
 
 
 # After the lock is taken and before the first job: what writers killed in an earlier run left behind.

@@ -1,10 +1,34 @@
 # HLA from scratch: GDN, fixed chunk mixing and HLA models of one size on the long-context suite.
 
 
-rule hla_scratch:
-    # Train one model (mode, seed) at the training length; evaluate the suite at every length.
+rule hla_train:
+    # Train one from-scratch model (mode, seed) at the training length (make zoo ships it to zoo/hla).
     output:
-        curve="results/hla/scratch/{mode}_s{seed}/curve.csv",
+        weights="results/hla/models/{mode}_s{seed}/model.safetensors",
+        curve="results/hla/models/{mode}_s{seed}/curve.csv",
+    log:
+        "logs/hla_train/{mode}_s{seed}.log",
+    benchmark:
+        "benchmarks/hla_train/{mode}_s{seed}.tsv"
+    conda:
+        "../environment.yml"
+    threads: hla_resource("cpus", 1)
+    resources:
+        mem_mb=hla_resource("mem_mb", 2000),
+        runtime=hla_resource("runtime", 30),
+        gpu=hla_resource("gpus", 0),
+    params:
+        training=hla_training,
+        device=config["hla"]["device"],
+    script:
+        "../workflow_scripts/hla_train.py"
+
+
+rule hla_scratch:
+    # Evaluate one from-scratch model (trained here, or shipped under hla.source) at every length.
+    input:
+        hla_model_input,
+    output:
         table="results/hla/scratch/{mode}_s{seed}/eval.csv",
     log:
         "logs/hla_scratch/{mode}_s{seed}.log",
@@ -18,9 +42,33 @@ rule hla_scratch:
         runtime=hla_resource("runtime", 30),
         gpu=hla_resource("gpus", 0),
     params:
-        settings=hla_settings(exclude=("resources", "adapt", "adapt_models")),
+        training=hla_training,
+        device=config["hla"]["device"],
+        evaluation=hla_settings(keep=("length_multipliers", "eval_n")),
     script:
         "../workflow_scripts/hla_scratch.py"
+
+
+# Only a run that trains its from-scratch models ships them (make zoo).
+if not config["hla"].get("source"):
+
+    rule ship_hla:
+        # A trained from-scratch model as a checkpoint to commit, with its training spec and manifest.
+        input:
+            weights=rules.hla_train.output.weights,
+            curve=rules.hla_train.output.curve,
+        output:
+            manifest="zoo/hla/{mode}_s{seed}/manifest.json",
+        log:
+            "logs/ship_hla/{mode}_s{seed}.log",
+        conda:
+            "../environment.yml"
+        threads: 1
+        params:
+            training=hla_training,
+            name=lambda wc: f"hla/{wc.mode}_s{wc.seed}",
+        script:
+            "../workflow_scripts/ship_toy.py"
 
 
 rule plot_hla:

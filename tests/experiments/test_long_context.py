@@ -1,13 +1,27 @@
 """The long-context suite and the from-scratch models."""
 
+import json
 import random
 
 import pytest
 import torch
 
-from hybridlens.experiments.long_context import SUITE, Symbols, batch, build, evaluate, make_item, train
+from hybridlens.experiments.long_context import (
+    SUITE,
+    Symbols,
+    batch,
+    build,
+    build_from_spec,
+    evaluate,
+    load_shipped,
+    make_item,
+    save_model,
+    train,
+)
 from hybridlens.models.hla import HLALayer, to_hla
+from hybridlens.models.source import SourceError
 from hybridlens.models.toy import build_toy_model
+from hybridlens.store import ship_directory
 
 SYM = Symbols.synthetic()
 
@@ -66,3 +80,34 @@ def test_training_lowers_the_loss_and_evaluation_counts_answers(mode):
         ("niah_multiquery", 64, 10),
     ]
     assert rows == evaluate(model, SYM, [32, 64], n=5, seed=1, tasks=("niah_single", "niah_multiquery"))
+
+
+SPEC = {"mode": "hla", "seed": 3, "symbols": 8, "hidden": 16, "layers": 1, "heads": 2, "chunk": 8, "bucket": 4}
+SPEC |= {"train_length": 32, "steps": 3, "batch_size": 2, "lr": 3e-3, "reg": 0.01}
+
+
+def test_a_shipped_model_reloads_with_identical_evaluation(tmp_path):
+    model, sym = build_from_spec(SPEC)
+    train(model, sym, 32, 3, 2, 3e-3, seed=3)
+    run = tmp_path / "trained"
+    run.mkdir()
+    save_model(model, run / "model.safetensors")
+    (run / "training.json").write_text(json.dumps(SPEC))
+    ship_directory(sorted(run.iterdir()), tmp_path / "zoo/hla_s3", {"model": "hla/hla_s3"})
+    shipped, _ = load_shipped(tmp_path / "zoo/hla_s3", SPEC)
+    ids, _ = batch("mqar", random.Random(0), 4, 32, sym)
+    with torch.no_grad():
+        assert torch.equal(shipped(ids, use_cache=False).logits, model.eval()(ids, use_cache=False).logits)
+    assert evaluate(shipped, sym, [32], 4, seed=1) == evaluate(model, sym, [32], 4, seed=1)
+
+
+def test_a_shipped_model_is_refused_when_its_spec_or_files_differ(tmp_path):
+    model, sym = build_from_spec(SPEC)
+    save_model(model, tmp_path / "model.safetensors")
+    (tmp_path / "training.json").write_text(json.dumps(SPEC))
+    ship_directory(sorted(tmp_path.glob("*.*")), tmp_path / "zoo", {"model": "hla/hla_s3"})
+    with pytest.raises(SourceError, match=r"zoo was trained with hidden=16 \(config: 32\), steps=3 \(config: 600\); "):
+        load_shipped(tmp_path / "zoo", SPEC | {"hidden": 32, "steps": 600})
+    (tmp_path / "zoo/model.safetensors").write_bytes(b"\0" * 8)
+    with pytest.raises(SourceError, match="model.safetensors"):
+        load_shipped(tmp_path / "zoo", SPEC)

@@ -287,11 +287,14 @@ def test_the_default_config_loads_the_shipped_zoo_and_trains_nothing(tmp_path):
     assert res.returncode == 0, out[-2000:]
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert "train_toy" not in jobs and "evaluate_toy" not in jobs and jobs["plot_zoo"] == "1"
+    assert "hla_train" not in jobs and jobs["hla_scratch"] == "9"  # the from-scratch HLA models too
     cfg = yaml.safe_load((cwd / "config/config.yaml").read_text())
     for name, entry in cfg["models"].items():  # each a shipped checkpoint whose manifest its jobs read
         assert entry["source"] == f"zoo/{name}" and (cwd / entry["source"] / "manifest.json").is_file()
     circuit = out[out.index("rule circuit:") :].split("\n\n")[0]
     assert re.search(r"input: zoo/\w+/manifest.json", circuit)
+    hla = out[out.index("rule hla_scratch:") :].split("\n\n")[0]
+    assert re.search(r"input: zoo/hla/\w+_s\d/manifest.json", hla)
 
 
 def test_a_shipped_toy_carries_its_manifest_and_a_changed_file_is_refused(run1, tmp_path):
@@ -334,3 +337,61 @@ def test_a_shipped_toy_carries_its_manifest_and_a_changed_file_is_refused(run1, 
     assert res.returncode != 0 and f"config models.shipped.source: {message}" in out, out[-2000:]
     with pytest.raises(SourceError, match=re.escape(message)):
         load_model(zoo)
+
+
+def test_a_shipped_hla_model_evaluates_as_the_one_trained_in_the_run(run1, tmp_path):
+    cwd = tmp_path / "copy"
+    shutil.copytree(run1, cwd)
+    res = snakemake(cwd, "--", "zoo/hla/hla_s1/manifest.json")
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+    assert res.returncode == 0 and jobs.get("ship_hla") == "1" and "hla_train" not in jobs, res.stderr[-2000:]
+    manifest = json.loads((cwd / "zoo/hla/hla_s1/manifest.json").read_text())
+    assert set(manifest["files"]) == {"model.safetensors", "curve.csv", "training.json", "trained_on.json"}
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    assert json.loads((cwd / "zoo/hla/hla_s1/training.json").read_text())["hidden"] == cfg["hla"]["hidden"]
+    # Evaluated from zoo/hla instead of the run's own model: the same table, and nothing trained.
+    cfg["hla"] |= {"source": "zoo/hla", "modes": ["hla"], "seeds": [1]}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    table = "results/hla/scratch/hla_s1/eval.csv"
+    before = (cwd / table).read_bytes()
+    res = snakemake(cwd, "--forcerun", "hla_scratch", "--", table)
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+    assert res.returncode == 0 and jobs.get("hla_scratch") == "1" and "hla_train" not in jobs, res.stderr[-2000:]
+    assert (cwd / table).read_bytes() == before
+    # A config that trains another model than the shipped one is refused in one line; so is a missing seed.
+    cfg["hla"]["hidden"] += 8
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "--forcerun", "hla_scratch", "--", table)
+    hidden = cfg["hla"]["hidden"]
+    assert res.returncode != 0
+    assert f"zoo/hla/hla_s1 was trained with hidden={hidden - 8} (config: {hidden}); retrain it" in res.stderr
+    cfg["hla"] |= {"hidden": hidden - 8, "seeds": [1, 2]}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "-n")
+    assert res.returncode != 0 and "config hla.source: zoo/hla has no shipped model hla_s2" in res.stdout + res.stderr
+
+
+def test_the_summary_page_quotes_each_experiments_table(run1):
+    page = (run1 / "results/summary.md").read_text()
+    headings = re.findall(r"^## (.+)$", page, re.M)
+    assert [h.split(":")[0] for h in headings] == [
+        "Models",
+        "Toy zoo",
+        "Encode–Address circuit",
+        "Split-prefill",
+        "Scale sweep",
+        "Stitching",
+        "HLA",
+        "HLA adaptation",
+    ]
+    circuit = pd.read_csv(run1 / "results/tables/circuit_transplant.tsv", sep="\t")
+    for model in MODELS:
+        r = circuit.query("model == @model and kind == 'query' and block == 'address' and donor == 'same_dict'")
+        r = r[r["positions"] == "final"].iloc[0]
+        cell = f"{r['redirect']:.3f} [{r['redirect_lo']:.3f}, {r['redirect_hi']:.3f}]"
+        section = page.split("## Encode–Address circuit")[1].split("## ")[0]
+        row = next(line for line in section.splitlines() if line.startswith(f"| {model} |"))
+        assert row.split(" | ")[2] == cell, row
+    sizes = pd.read_csv(run1 / "results/scale/sizes.tsv", sep="\t")
+    for _, r in sizes.iterrows():
+        assert f"| {r['model']} | {r['parameters']} | {r['verdict']} | {r['groups_needed']} |" in page

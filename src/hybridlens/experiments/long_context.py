@@ -6,6 +6,9 @@ SUITE     RULER-style tasks generated here: needle in a haystack (single, multi-
 make_item one item: token ids and the (position, token) pairs the model must predict there
 build     an all-linear Qwen3.5-architecture model whose mixers are GDN, fixed mixing or HLA
           (a pretrained model is converted with models.hla.to_hla and fine-tuned with the same train)
+build_from_spec, save_model, load_shipped
+          the same from the hla settings a rule passes; weights to safetensors and back, a shipped
+          model's manifest and training spec checked against what the config asks for
 train     next-token training on answers only, plus HLA's regularizers
 evaluate  teacher-forced answer accuracy per task and length
 adapt     a pretrained Qwen3.5 model converted to HLA and fine-tuned, evaluated before and after, beside a
@@ -13,14 +16,17 @@ adapt     a pretrained Qwen3.5 model converted to HLA and fine-tuned, evaluated 
 """
 
 import copy
+import json
 import logging
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from hybridlens.models.hla import HLALayer, to_hla
+from hybridlens.models.source import SourceError, check_manifest
 from hybridlens.models.toy import build_toy_model
 
 SUITE = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "variable_tracking", "mqar")
@@ -136,6 +142,42 @@ def build(mode: str, sym: Symbols, hidden: int, layers: int, heads: int, seed: i
     if mode != "gdn":
         to_hla(model, mode, chunk=chunk, bucket=bucket, gate_bias=0.0)
     return model
+
+
+def build_from_spec(spec: dict, device: str = "cpu"):
+    """The untrained model and symbols of one hla training spec (mode, seed and the shape keys)."""
+    sym = Symbols.synthetic(spec["symbols"], spec["symbols"], 16)
+    args = (spec["hidden"], spec["layers"], spec["heads"], spec["seed"], spec["chunk"], spec["bucket"])
+    return build(spec["mode"], sym, *args).to(device), sym
+
+
+def save_model(model, path):
+    """Weights only: the model is rebuilt from its spec, which ships beside them as training.json."""
+    import safetensors.torch
+
+    safetensors.torch.save_model(model, str(path))
+
+
+def load_shipped(directory, spec: dict, device: str = "cpu"):
+    """A trained from-scratch model from `directory`, refused in one line if its files do not match its
+    manifest or it was trained from another spec than the config's."""
+    import safetensors.torch
+
+    directory = Path(directory)
+    check_manifest(directory)
+    trained = directory / "training.json"
+    if trained.is_file():
+        shipped = json.loads(trained.read_text())
+        differ = {k: (shipped.get(k), v) for k, v in spec.items() if shipped.get(k) != v}
+        if differ:
+            said = ", ".join(f"{k}={a!r} (config: {b!r})" for k, (a, b) in sorted(differ.items()))
+            raise SourceError(
+                f"{directory} was trained with {said}; retrain it with make zoo, or set hla.source: null "
+                "to train with these settings in the run"
+            )
+    model, sym = build_from_spec(spec, device)
+    safetensors.torch.load_model(model, str(directory / "model.safetensors"), device=device)
+    return model.eval(), sym
 
 
 def _loss(model, ids, labels, reg: float):
