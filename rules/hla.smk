@@ -117,7 +117,7 @@ rule hla_adapt:
     params:
         model=model_params,
         settings=hla_settings(
-            keep=("adapt", "chunk", "bucket", "reg", "length_multipliers")
+            keep=("adapt", "chunk", "bucket", "reg", "length_multipliers", "longbench")
         ),
     script:
         "../workflow_scripts/hla_adapt.py"

@@ -35,3 +35,29 @@ def test_the_api_names_what_it_lists():
         assert getattr(hl, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'load'"):
         hl.load  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "section, page",
+    [
+        ("circuit", "circuit"),
+        ("split_prefill", "split-prefill"),
+        ("scale", "scale"),
+        ("stitch", "stitch"),
+        ("hla", "hla"),
+    ],
+)
+def test_each_experiment_page_documents_every_key_of_its_config_section(section, page):
+    import yaml
+
+    schema = yaml.safe_load((DOCS.parent / "config/schema.yaml").read_text())["properties"][section]
+
+    def keys(properties, prefix=""):
+        for key, spec in properties.items():
+            yield prefix + key
+            if "properties" in spec:
+                yield from keys(spec["properties"], f"{prefix}{key}.")
+
+    text = (DOCS / f"{page}.md").read_text()
+    missing = [k for k in keys(schema["properties"]) if f"`{k}`" not in text]
+    assert not missing, f"docs/{page}.md does not document {missing}"
