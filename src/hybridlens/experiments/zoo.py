@@ -114,8 +114,8 @@ def train_toy(
     format, checked every `validate_every` steps. The running accuracy scores teacher-forced answers,
     not the first greedy answer the gate scores, so reaching it says little about the margin.
     anneal > 0: from the step the last stage reaches `done`, the learning rate decays to zero (cosine)
-    over `anneal` steps, and training ends there at the latest; at a constant rate the greedy answers
-    keep flipping between nearly tied values.
+    over `anneal` steps, and training ends there at the latest, so that it ends on small steps rather
+    than at the full rate.
 
     Returns the training curve: rows {step, n_pairs, loss, accuracy}, and `validation` (the worst
     format's validation retrieval) on the rows where it was measured.
