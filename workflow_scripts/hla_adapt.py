@@ -5,7 +5,7 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
-    from hybridlens.experiments import longbench
+    from hybridlens.tasks import longbench
     from hybridlens.experiments.long_context import adapt
     from hybridlens.models.adapter import load_model
 

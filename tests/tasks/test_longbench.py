@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from hybridlens.experiments.longbench import LETTERS, encode, load, prompt, score, summary
+from hybridlens.tasks.longbench import LETTERS, encode, load, prompt, score, summary
 from hybridlens.models.toy import build_toy_model
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "longbench_v2_sample.json"

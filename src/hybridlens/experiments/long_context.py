@@ -231,7 +231,7 @@ def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=N
     Phases: before; gdn_finetuned (the control); converted (gates near 1, so it starts as the original);
     after (HLA fine-tuned). `settings` is the config's hla section.
     """
-    from hybridlens.experiments import longbench
+    from hybridlens.tasks import longbench
     from hybridlens.models.hla import to_hla
 
     log = log or logging.getLogger("hybridlens")
