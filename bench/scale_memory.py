@@ -20,8 +20,9 @@ import torch
 import yaml
 
 from hybridlens.experiments import scale
-from hybridlens.experiments.circuit import Runner, triples
+from hybridlens.experiments.circuit import triples
 from hybridlens.experiments.extract import extract
+from hybridlens.interventions.engine import Runner
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.realshape import (
     ATTENTION_TYPES,

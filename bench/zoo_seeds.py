@@ -51,6 +51,7 @@ def main():
     zoo_training = {k: zoo[k] for k in keys}
     toys = {n: m for n, m in preset["models"].items() if not args.toys or n in args.toys}
     root = Path(args.keep or tempfile.mkdtemp(prefix="zoo-seeds-"))
+    root.mkdir(parents=True, exist_ok=True)
     registry, results = {}, {}
     for name, entry in toys.items():
         for seed in args.seeds:

@@ -5,9 +5,10 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
-    from hybridlens.experiments.extract import extract, logit_lens, prompt_set
+    from hybridlens.experiments.extract import extract, logit_lens
     from hybridlens.models.adapter import load_model
     from hybridlens.store import provenance, write_store
+    from hybridlens.tasks.prompt_sets import prompt_set
 
     torch.set_num_threads(snakemake.threads)
     task, cfg = snakemake.params.task, snakemake.params.extract

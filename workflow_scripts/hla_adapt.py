@@ -5,9 +5,9 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
-    from hybridlens.tasks import longbench
     from hybridlens.experiments.long_context import adapt
     from hybridlens.models.adapter import load_model
+    from hybridlens.tasks import longbench
 
     torch.set_num_threads(snakemake.threads)
     s = snakemake.params.settings

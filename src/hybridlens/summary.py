@@ -124,16 +124,17 @@ SECTIONS = {
 
 
 def _models(models: dict) -> list[str]:
-    """Registry name, family and source of every model; a shipped toy's source names its commit."""
+    """Registry name, family and source of every model; a shipped toy's source names the commit it was
+    trained at."""
     rows = []
     for name, entry in models.items():
         source = entry["source"]
         if isinstance(source, dict):
             source = f"{next(iter(source))} spec, built in this run"
         else:
-            manifest = Path(source, "manifest.json")
-            if manifest.is_file():
-                source += f" (shipped, trained at {json.loads(manifest.read_text()).get('commit', 'unknown')[:10]})"
+            trained = Path(source, "trained_on.json")
+            if trained.is_file():
+                source += f" (shipped, trained at {json.loads(trained.read_text()).get('commit', 'unknown')[:10]})"
         rows.append([name, entry["family"], source])
     return _table(["model", "family", "source"], rows)
 

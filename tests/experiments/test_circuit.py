@@ -4,15 +4,14 @@ import pytest
 import torch
 
 from hybridlens.experiments.circuit import (
-    Runner,
     control_group,
     identity_error,
     localize,
-    mixer_sites,
     summarize,
     transplant,
     triples,
 )
+from hybridlens.interventions.engine import Runner, mixer_sites
 from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run, scatter_at
 from hybridlens.tasks.retrieval import make_prompts

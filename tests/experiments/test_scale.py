@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from hybridlens.experiments import scale
-from hybridlens.experiments.circuit import Runner, triples
+from hybridlens.experiments.circuit import triples
+from hybridlens.interventions.engine import Runner
 from hybridlens.tasks.retrieval import make_prompts
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from hybridlens.experiments.extract import prompt_set
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.prompt_sets import prompt_set
 from hybridlens.tasks.retrieval import make_prompts, token_positions
 from hybridlens.tasks.vocab import KEYS, VALUES
 

@@ -8,8 +8,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from hybridlens.tasks.longbench import LETTERS, encode, load, prompt, score, summary
 from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.longbench import LETTERS, encode, load, prompt, score, summary
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "longbench_v2_sample.json"
 

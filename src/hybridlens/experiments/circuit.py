@@ -5,7 +5,6 @@ same dictionary, and `other` asks A in a different dictionary (A sits at another
 so a transplant from it redirects only if what moves is the *identity* of A, not a position.
 
 triples        seeded item triples
-Runner         batched forwards with ablations, patches, head ablations and final-position attentions
 localize       group ablation (zero / mean), reader search, Encode and Address blocks, with evidence
 localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
@@ -20,20 +19,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridlens.experiments.extract import prompt_set, vocabulary
 from hybridlens.interventions.cache import greedy, prefill
-from hybridlens.interventions.hooks import TraceDict
-from hybridlens.interventions.patch import gather, ignore_name, position_index, scatter_at
+from hybridlens.interventions.engine import Runner, attention_to, mixer_sites
+from hybridlens.interventions.patch import gather, position_index, scatter_at
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.prompt_sets import item_batches, prompt_set, vocabulary
 from hybridlens.tasks.retrieval import (
     POSITION_SETS,
     Prompt,
     donor_host_pairs,
     make_prompt,
     make_prompts,
-    token_positions,
 )
-from hybridlens.tasks.vocab import language_forms
 
 COLLAPSE = 0.5  # "collapses": accuracy or attention falls below this fraction of the intact model's
 
@@ -62,94 +59,6 @@ def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int) -> 
         other = make_prompt(pairs, slot, fmt, donor.language, donor.persona, n_languages)
         out.append(Triple(seed, i, donor, host, other))
     return out
-
-
-class Runner:
-    """Forwards of one batch of prompts (one token length) with the circuit's interventions."""
-
-    def __init__(self, hm, prompts: list[Prompt], n_languages: int):
-        self.hm, self.prompts = hm, prompts
-        self.ids, self.offsets = hm.encode([p.text for p in prompts])
-        forms = language_forms(n_languages)
-        self.value_ids = torch.tensor(
-            [[hm.token_id(forms[p.language][v]) for _, v in p.pairs] for p in prompts], device=hm.device
-        )
-
-    def positions(self, part: str):
-        return [token_positions(p, o, part) for p, o in zip(self.prompts, self.offsets, strict=True)]
-
-    def entry_positions(self, entry: list[int]):
-        """Token positions of one dictionary entry (key and value) per item; `entry` indexes pairs."""
-        return [
-            token_positions(p, o, f"key{e}") + token_positions(p, o, f"value{e}")
-            for p, o, e in zip(self.prompts, self.offsets, entry, strict=True)
-        ]
-
-    @torch.no_grad()
-    def forward(self, edits=None, heads_off=None, capture=(), capture_at=None, heads_off_final=None):
-        """Final-position logits [B, V], final-position attentions {layer: [B, H, T]} and captures.
-
-        edits: {site: fn(tensor [B, T, D]) -> tensor} on write sites; heads_off: {layer: [head, ...]} zeroed at
-        every position, heads_off_final: the same at the final position only; capture: write sites recorded
-        at `capture_at` (a position set or per-item lists).
-        """
-        hm = self.hm
-        edits = dict(edits or {})
-        modules, options = {}, {}
-        for site, fn in edits.items():
-            module, where = hm.module_for(site)
-            modules[site] = module
-            options[site] = {"edit_input" if where == "input" else "edit_output": ignore_name(fn)}
-        for final, off in ((False, heads_off), (True, heads_off_final)):
-            for layer, heads in (off or {}).items():
-                proj, _, dim = hm.head_mixer(layer)
-                modules[f"heads.{layer}.{final}"] = proj
-                options[f"heads.{layer}.{final}"] = {"edit_input": ignore_name(_zero_heads(heads, dim, final))}
-        for site in capture:
-            module, where = hm.module_for(site)
-            key = f"capture.{site}"
-            modules[key] = module
-            options[key] = {"retain_input": where == "input", "retain_output": where == "output"}
-        with TraceDict(modules, options) as traces:
-            out = hm.model(self.ids, output_attentions=True, logits_to_keep=1)
-        attn = {layer: a[:, :, -1].float() for layer, a in zip(hm.attention_layers(), out.attentions, strict=True)}
-        captured = {}
-        if capture:
-            idx = position_index(capture_at, *self.ids.shape, self.ids.device)
-            for site in capture:
-                t = traces[f"capture.{site}"]
-                full = t.input if t.retain_input else t.output
-                full = full[0] if isinstance(full, tuple) else full
-                captured[site] = gather(full, idx)
-        return out.logits[:, -1].float(), attn, captured
-
-    def value_logits(self, logits, entry):
-        """Logit of one entry's value token per item."""
-        return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
-
-
-def _zero_heads(heads, dim, final_only=False):
-    at = slice(-1, None) if final_only else slice(None)
-
-    def edit(t):
-        t = t.clone()
-        for h in heads:
-            t[:, at, h * dim : (h + 1) * dim] = 0
-        return t
-
-    return edit
-
-
-def attention_to(attn, positions):
-    """attn [B, H, T] -> [B, H] summed over per-item positions."""
-    mask = torch.zeros(attn.shape[0], attn.shape[-1], device=attn.device)
-    for b, pos in enumerate(positions):
-        mask[b, pos] = 1
-    return (attn * mask[:, None]).sum(-1)
-
-
-def mixer_sites(group):
-    return [f"layers.{layer}.mixer_out" for layer in group]
 
 
 # --- localization ----------------------------------------------------------------------------------------------
@@ -359,14 +268,9 @@ SUMMARY_COLUMNS += ["redirect_per_seed", "attn_a", "attn_b"]
 def transplant_all(hm, items: list[Triple], circuit: dict, n_languages: int, batch_size: int = 50):
     """transplant() over batches whose host and other-dictionary prompts share a token length."""
     control = control_group(hm, circuit["address"]["group"])
-    by_len = {}
-    for t in items:
-        key = tuple(len(hm.encode([p.text])[0][0]) for p in (t.host, t.donor, t.other))
-        by_len.setdefault(key, []).append(t)
     rows = []
-    for group in by_len.values():
-        for start in range(0, len(group), batch_size):
-            rows += transplant(hm, group[start : start + batch_size], circuit, n_languages, control)
+    for batch in item_batches(hm, items, lambda t: (t.host, t.donor, t.other), batch_size):
+        rows += transplant(hm, batch, circuit, n_languages, control)
     return rows
 
 

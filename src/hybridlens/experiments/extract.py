@@ -1,62 +1,15 @@
 """Activation extraction and the logit lens.
 
-vocabulary   keys, value concepts and languages whose words are single tokens for the model's tokenizer
-prompt_set   a task's prompts over that vocabulary
 extract      capture write sites at a position set for a prompt set, batched by token length
 logit_lens   per layer: residual norm and the rank of the correct answer under the unembedding
 """
-
-from collections import defaultdict
 
 import numpy as np
 import torch
 
 from hybridlens.interventions.patch import run
-from hybridlens.tasks.retrieval import make_prompts, token_positions
-from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
-
-
-def vocabulary(hm, n_pairs: int, n_languages: int):
-    """(keys, value concepts, languages, counts) whose words are single tokens for `hm`'s tokenizer
-    (all of them for the toy tokenizer; a subset for real ones)."""
-    forms = language_forms(n_languages)
-    keys = hm.single_token_words(KEYS)
-    languages, values = [], list(VALUES)
-    for i, f in enumerate(forms):  # add a language only while enough concepts stay single tokens in all
-        kept = [v for v in values if hm.single_token_words([f[v]])]
-        if len(kept) >= n_pairs:
-            languages, values = [*languages, i], kept
-    counts = {"keys": len(keys), "values": len(values), "languages": len(languages)}
-    if not languages or len(keys) < n_pairs:  # a kept language already guarantees n_pairs values
-        raise ValueError(
-            f"tokenizer of {hm.source}: single-token words {counts} are too few for {n_pairs}-pair dictionaries; "
-            "use fewer pairs in the task"
-        )
-    return keys, values, languages, counts
-
-
-def prompt_set(hm, task: dict, n_languages: int):
-    """(prompts, counts): the task's prompts over single-token keys, value concepts and languages."""
-    n_pairs = task["n_pairs"]
-    keys, values, languages, counts = vocabulary(hm, n_pairs, n_languages)
-    prompts = make_prompts(
-        task["seed"], task["n"], n_pairs, task["format"], n_languages, languages=languages, keys=keys, values=values
-    )
-    return prompts, counts
-
-
-def batches_by_length(hm, prompts, batch_size):
-    """Yield (indices, input_ids, offsets) with prompts of one token length per batch (no padding)."""
-    all_ids, all_offsets = hm.tokenize([p.text for p in prompts])
-    by_len = defaultdict(list)
-    for i, ids in enumerate(all_ids):
-        by_len[len(ids)].append(i)
-    for length in sorted(by_len):
-        idx = by_len[length]
-        for start in range(0, len(idx), batch_size):
-            chunk = idx[start : start + batch_size]
-            ids = torch.tensor([all_ids[i] for i in chunk], device=hm.device)
-            yield chunk, ids, [all_offsets[i] for i in chunk]
+from hybridlens.tasks.prompt_sets import batches_by_length
+from hybridlens.tasks.retrieval import token_positions
 
 
 @torch.no_grad()

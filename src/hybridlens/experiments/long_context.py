@@ -231,8 +231,8 @@ def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=N
     Phases: before; gdn_finetuned (the control); converted (gates near 1, so it starts as the original);
     after (HLA fine-tuned). `settings` is the config's hla section.
     """
-    from hybridlens.tasks import longbench
     from hybridlens.models.hla import to_hla
+    from hybridlens.tasks import longbench
 
     log = log or logging.getLogger("hybridlens")
     a = settings["adapt"]

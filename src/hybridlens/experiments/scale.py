@@ -20,9 +20,10 @@ import itertools
 import numpy as np
 import torch
 
-from hybridlens.experiments.circuit import Runner, attention_to, mixer_sites
+from hybridlens.interventions.engine import Runner, attention_to, mixer_sites
 from hybridlens.interventions.patch import position_index, scatter_at
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.prompt_sets import item_batches
 
 
 def readers(reader_rows, main: dict, minimum: float) -> list[dict]:
@@ -161,20 +162,14 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
 def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
     """Profile, transplant and blocking rows over batches whose host and donor share a token length."""
     sets = group_sets(hm.groups, max(hm.attention_layers()))
-    by_len = {}
-    for t in items:
-        key = tuple(len(hm.encode([p.text])[0][0]) for p in (t.host, t.donor))
-        by_len.setdefault(key, []).append(t)
     profile, transplant, blocking = [], [], []
-    for group in by_len.values():
-        for start in range(0, len(group), batch_size):
-            batch = group[start : start + batch_size]
-            hosts = Runner(hm, [t.host for t in batch], n_languages)
-            donors = Runner(hm, [t.donor for t in batch], n_languages)
-            intact = hosts.forward()  # one unedited forward serves all three
-            profile += profile_rows(hm, hosts, batch, reader_list, main, intact)
-            transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list, intact)
-            blocking += blocking_rows(hm, hosts, batch, reader_list, intact)
+    for batch in item_batches(hm, items, lambda t: (t.host, t.donor), batch_size):
+        hosts = Runner(hm, [t.host for t in batch], n_languages)
+        donors = Runner(hm, [t.donor for t in batch], n_languages)
+        intact = hosts.forward()  # one unedited forward serves all three
+        profile += profile_rows(hm, hosts, batch, reader_list, main, intact)
+        transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list, intact)
+        blocking += blocking_rows(hm, hosts, batch, reader_list, intact)
     return profile, transplant, blocking
 
 

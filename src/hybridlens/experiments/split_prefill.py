@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridlens.experiments.extract import vocabulary
 from hybridlens.interventions.cache import CONDITIONS, greedy, prefill
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.prompt_sets import vocabulary
 from hybridlens.tasks.retrieval import Prompt, make_prompt, make_prompts, token_positions
 from hybridlens.tasks.vocab import NEUTRAL, PERSONAS, language_forms
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridlens.experiments.circuit import Runner
-from hybridlens.experiments.extract import batches_by_length, vocabulary
+from hybridlens.interventions.engine import Runner
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.prompt_sets import batches_by_length, vocabulary
 from hybridlens.tasks.retrieval import donor_host_pairs, make_prompts
 
 TRANSFERS = ("query", "address", "encode_address")

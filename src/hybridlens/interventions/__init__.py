@@ -1,1 +1,1 @@
-"""Hooks on model modules (writes) and surgery on the transformers cache (states)."""
+"""Hooks on model modules (writes), surgery on the transformers cache (states), one engine for edited forwards."""

@@ -4,6 +4,8 @@ position_index   positions (None = all, ints shared by the batch, or one list pe
 gather           [batch, pos, d] at position indices [batch, P] -> [batch, P, d]
 scatter_at       an edit that writes values [batch, P, d] at position indices
 ignore_name      a one-argument edit as TraceDict's (tensor, name) edit
+site_hook        (module, Trace options) that capture and/or edit one write site; run and engine.Runner use it
+retained         the tensor a capturing site_hook's trace kept
 run              forward with captures and patches at sites; hooks always come off
 transplant       hosts' logits with donors' writes at sites copied in at a position set (query transplant)
 """
@@ -65,26 +67,32 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
     cap_idx = position_index(positions, batch, seq_len, input_ids.device)
     modules, options = {}, {}
     for site in dict.fromkeys(capture + list(patch)):
-        modules[site], where = hm.module_for(site)
-        opts = {
-            "retain_input": where == "input" and site in capture,
-            "retain_output": where == "output" and site in capture,
-        }
-        if site in patch:
-            edit = patch[site]
-            if not callable(edit):
-                pos, values = edit
-                edit = scatter_at(position_index(pos, batch, seq_len, input_ids.device), values)
-            opts["edit_input" if where == "input" else "edit_output"] = ignore_name(edit)
-        options[site] = opts
+        edit = patch.get(site)
+        if site in patch and not callable(edit):
+            pos, values = edit
+            edit = scatter_at(position_index(pos, batch, seq_len, input_ids.device), values)
+        modules[site], options[site] = site_hook(hm, site, capture=site in capture, edit=edit)
     with TraceDict(modules, options) as traces:
         out = hm.model(input_ids, cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep)
     captured = {}
     for site in capture:
-        trace = traces[site]
-        full = trace.input if trace.retain_input else trace.output
+        full = retained(traces[site])
         captured[site] = full if positions is None else gather(full, cap_idx)
     return RunResult(out.logits, captured, cache)
+
+
+def site_hook(hm, site, capture=False, edit=None):
+    """(module, Trace options) for one write site: retained if `capture`, replaced by edit(tensor) if given."""
+    module, where = hm.module_for(site)
+    options = {"retain_input": where == "input" and capture, "retain_output": where == "output" and capture}
+    if edit is not None:
+        options["edit_input" if where == "input" else "edit_output"] = ignore_name(edit)
+    return module, options
+
+
+def retained(trace):
+    """The tensor a site_hook(capture=True) trace kept: the module's input or its output."""
+    return trace.input if trace.retain_input else trace.output
 
 
 def scatter_at(idx, values):

@@ -1,1 +1,1 @@
-"""Prompt generators: dictionary retrieval with language and persona style channels."""
+"""Prompt generators (dictionary retrieval with language and persona style channels), prompt sets and batching."""
