@@ -239,7 +239,7 @@ def test_every_table_reads_with_pandas(run1):
             assert {"kind", "redirect" if name == "transplant.csv" else "answers_a"} <= set(frame.columns)
 
 
-def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_plots_that_read_them(run1, tmp_path):
+def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_pages_that_read_them(run1, tmp_path):
     cwd = copy_run(run1, tmp_path)
 
     def add(c):
@@ -274,6 +274,7 @@ def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_plots_that_rea
         "plot_scale": 4,
         "hla_adapt": 1,
         "plot_hla_adapt": 1,
+        "summary": 1,
     }
 
 
