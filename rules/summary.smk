@@ -14,9 +14,10 @@ rule summary:
     resources:
         mem_mb=1000,
     params:
+        # Sorted, so that reordering the registry reruns nothing.
         models=lambda wc: {
-            name: {"family": m["family"], "source": m["source"]}
-            for name, m in config["models"].items()
+            name: {"family": config["models"][name]["family"], "source": config["models"][name]["source"]}
+            for name in sorted(config["models"])
         },
     script:
         "../workflow_scripts/summary.py"
