@@ -16,7 +16,10 @@ rule summary:
     params:
         # Sorted, so that reordering the registry reruns nothing.
         models=lambda wc: {
-            name: {"family": config["models"][name]["family"], "source": config["models"][name]["source"]}
+            name: {
+                "family": config["models"][name]["family"],
+                "source": config["models"][name]["source"],
+            }
             for name in sorted(config["models"])
         },
     script:
