@@ -14,13 +14,12 @@ rule summary:
     resources:
         mem_mb=1000,
     params:
-        # Sorted, so that reordering the registry reruns nothing.
-        models=lambda wc: {
-            name: {
-                "family": config["models"][name]["family"],
-                "source": config["models"][name]["source"],
+        # Sorted, so that reordering the registry or a spec reruns nothing.
+        models=lambda wc: canonical(
+            {
+                name: {"family": m["family"], "source": m["source"]}
+                for name, m in config["models"].items()
             }
-            for name in sorted(config["models"])
-        },
+        ),
     script:
         "../workflow_scripts/summary.py"
