@@ -18,6 +18,9 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from snakemake.utils import validate
+
+from hybridlens.config import TOY_TRAINING_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS = ["Snakefile", "rules", "workflow_scripts", "config", "profiles", "report", "environment.yml"]
@@ -43,12 +46,10 @@ def main():
     parser.add_argument("--keep", help="run in this directory and keep it (default: a temporary one)")
     args = parser.parse_args()
     preset = yaml.safe_load((REPO / "config/presets/zoo.yaml").read_text())
-    defaults = yaml.safe_load((REPO / "config/config.yaml").read_text())["zoo"] | preset["zoo"]
-    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())["properties"]["zoo"]["properties"]
-    zoo = {k: defaults.get(k, p.get("default")) for k, p in schema.items()}
-    keys = ["n_languages", "steps", "batch_size", "lr", "extra_queries", "questions", "formats", "stages"]
-    keys += ["advance", "done", "anneal", "target", "validate_every"]
-    zoo_training = {k: zoo[k] for k in keys}
+    zoo = {"zoo": yaml.safe_load((REPO / "config/config.yaml").read_text())["zoo"] | preset["zoo"]}
+    validate(zoo, str(REPO / "config/schema.yaml"))  # the schema's defaults, as the workflow fills them in
+    zoo = zoo["zoo"]
+    zoo_training = {k: zoo[k] for k in TOY_TRAINING_KEYS}
     toys = {n: m for n, m in preset["models"].items() if not args.toys or n in args.toys}
     root = Path(args.keep or tempfile.mkdtemp(prefix="zoo-seeds-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,12 @@ from types import SimpleNamespace
 
 from snakemake.utils import validate
 
-from hybridlens.config import check_config, load_config
+from hybridlens.config import (
+    HLA_TRAINING_KEYS,
+    TOY_TRAINING_KEYS,
+    check_config,
+    load_config,
+)
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
 from hybridlens.store import sweep_temporaries
@@ -145,23 +150,6 @@ def zoo_members():
     return members
 
 
-TRAINING_KEYS = [
-    "n_languages",
-    "steps",
-    "batch_size",
-    "lr",
-    "extra_queries",
-    "questions",
-    "formats",
-    "stages",
-    "advance",
-    "done",
-    "anneal",
-    "target",
-    "validate_every",
-]
-
-
 def toy_spec(wildcards):
     return config["models"][wildcards.model]["source"]["toy"]
 
@@ -188,7 +176,7 @@ def training_priority(wildcards):
 def training_params(wildcards):
     """What training a toy model depends on (not its gate or evaluation), so changing those keeps the weights."""
     toy = {k: v for k, v in toy_spec(wildcards).items() if k != "gate"}
-    zoo = {k: config["zoo"][k] for k in TRAINING_KEYS}
+    zoo = {k: config["zoo"][k] for k in TOY_TRAINING_KEYS}
     return canonical(
         {
             "family": config["models"][wildcards.model]["family"],
@@ -253,10 +241,6 @@ def hla_settings(keep=None, exclude=()):
             if (keep is None or k in keep) and k not in exclude
         }
     )
-
-
-HLA_TRAINING_KEYS = ["symbols", "hidden", "layers", "heads", "chunk", "bucket"]
-HLA_TRAINING_KEYS += ["train_length", "steps", "batch_size", "lr", "reg"]
 
 
 def hla_training(wildcards):

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
+from hybridlens.config import HLA_TRAINING_KEYS
 from hybridlens.experiments.long_context import evaluate, load_shipped
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
@@ -39,8 +40,7 @@ def test_a_shipped_toy_loads_and_still_clears_its_gate_on_held_out_prompts(name)
 def test_a_shipped_hla_model_is_the_default_configs_and_evaluates(run):
     mode, seed = run.rsplit("_s", 1)
     hla = CONFIG["hla"]
-    keys = ["symbols", "hidden", "layers", "heads", "chunk", "bucket", "train_length", "steps", "batch_size", "lr"]
-    spec = {"mode": mode, "seed": int(seed)} | {k: hla[k] for k in [*keys, "reg"]}
+    spec = {"mode": mode, "seed": int(seed)} | {k: hla[k] for k in HLA_TRAINING_KEYS}
     model, sym = load_shipped(ROOT / "zoo/hla" / run, spec)  # refuses another spec or a changed file
     rows = evaluate(model, sym, [hla["train_length"]], n=4, seed=1000 + int(seed), tasks=("mqar",))
     assert rows[0]["answers"] > 0 and 0 <= rows[0]["correct"] <= rows[0]["answers"]

@@ -3,6 +3,8 @@
 load_config    read a YAML config file, refusing duplicate keys and naming a syntax error's file, line, column
 check_config   validate a config dict against the JSON schema; raise ConfigError naming the key
 ConfigError
+TOY_TRAINING_KEYS, HLA_TRAINING_KEYS
+               the zoo / hla keys a trained model depends on (the workflow's params, a shipped model's spec)
 
 `python -m hybridlens.config FILE...` checks config files before snakemake reads them: snakemake's own
 loader keeps the last of two duplicate keys and reports a syntax error without its place.
@@ -15,6 +17,13 @@ import jsonschema
 import yaml
 
 from hybridlens.errors import UserError
+
+# What training a toy or a from-scratch HLA model depends on, and nothing else: changing another key
+# (a gate, an evaluation size) keeps the weights.
+TOY_TRAINING_KEYS = ["n_languages", "steps", "batch_size", "lr", "extra_queries", "questions", "formats", "stages"]
+TOY_TRAINING_KEYS += ["advance", "done", "anneal", "target", "validate_every"]
+HLA_TRAINING_KEYS = ["symbols", "hidden", "layers", "heads", "chunk", "bucket"]
+HLA_TRAINING_KEYS += ["train_length", "steps", "batch_size", "lr", "reg"]
 
 
 class ConfigError(UserError, ValueError):
