@@ -23,7 +23,9 @@ _API = {
     "Trace": "hybridlens.interventions.hooks",
     "TraceDict": "hybridlens.interventions.hooks",
     "run": "hybridlens.interventions.patch",
-    "transplant": "hybridlens.interventions.patch",
+    "Runner": "hybridlens.interventions.engine",
+    "Edit": "hybridlens.interventions.engine",
+    "transplant": "hybridlens.interventions.engine",
     # cache surgery
     "prefill": "hybridlens.interventions.cache",
     "greedy": "hybridlens.interventions.cache",

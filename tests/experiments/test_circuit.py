@@ -11,9 +11,9 @@ from hybridlens.experiments.circuit import (
     transplant,
     triples,
 )
-from hybridlens.interventions.engine import Runner, mixer_sites
+from hybridlens.interventions.engine import Edit, Runner, mixer_sites
 from hybridlens.interventions.hooks import Trace
-from hybridlens.interventions.patch import run, scatter_at
+from hybridlens.interventions.patch import run
 from hybridlens.tasks.retrieval import make_prompts
 
 
@@ -51,9 +51,8 @@ def test_final_write_removal_equals_a_patch_with_zeros(hm):
     prompts = make_prompts(3, 4, 4, "chat", 2)
     runner = Runner(hm, prompts, 2)
     sites = mixer_sites(hm.groups[0])
-    idx = torch.full((len(prompts), 1), runner.ids.shape[1] - 1)
     zeros = torch.zeros(len(prompts), 1, hm.d_model)
-    logits, _, _ = runner.forward({s: scatter_at(idx, zeros) for s in sites})
+    logits, _, _ = runner.forward({s: Edit([runner.ids.shape[1] - 1], zeros) for s in sites})
     reference = run(hm, runner.ids, patch={s: ([-1], zeros) for s in sites}).logits[:, -1]
     torch.testing.assert_close(logits, reference.float(), atol=1e-6, rtol=0)
 
@@ -74,7 +73,7 @@ def test_head_ablation_zeroes_exactly_one_head(hm):
 
 def test_final_attention_rows_are_distributions(hm):
     runner = Runner(hm, make_prompts(3, 3, 4, "chat", 2), 2)
-    _, attn, _ = runner.forward()
+    _, attn, _ = runner.forward(attention=hm.attention_layers())
     assert set(attn) == set(hm.attention_layers())
     for a in attn.values():
         torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:2]), atol=1e-5, rtol=0)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridlens.interventions.cache import greedy, prefill
-from hybridlens.interventions.engine import Runner, attention_to, mixer_sites
-from hybridlens.interventions.patch import gather, position_index, scatter_at
+from hybridlens.interventions.cache import greedy
+from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
+from hybridlens.interventions.patch import gather
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import item_batches, prompt_set, vocabulary
 from hybridlens.tasks.retrieval import (
@@ -84,7 +84,8 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
         return acc, d
 
     # One intact forward gives the baseline and every group's writes at all positions.
-    logits, attn, captured = run.forward(capture=[s for g in hm.groups for s in mixer_sites(g)])
+    sites = [s for g in hm.groups for s in mixer_sites(g)]
+    logits, attn, captured = run.forward(capture=sites, attention=hm.attention_layers())
     intact_acc, intact_d = measure(logits)
     means = {site: full.mean(dim=(0, 1)) for site, full in captured.items()}  # over prompts and positions
 
@@ -92,7 +93,7 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
     for gi, group in enumerate(hm.groups):
         for mode in ("zero", "mean"):
             edits = {
-                s: (lambda t: torch.zeros_like(t)) if mode == "zero" else (lambda t, m=means[s]: m.expand_as(t).clone())
+                s: Edit(None, torch.zeros_like if mode == "zero" else lambda t, m=means[s]: m.expand_as(t).clone())
                 for s in mixer_sites(group)
             }
             acc, d = measure(run.forward(edits)[0])
@@ -158,9 +159,8 @@ def _address(hm, run, reader, target_pos, attn):
     for gi, group in enumerate(hm.groups):
         if max(group) >= reader["layer"]:
             continue
-        final = position_index([-1], *run.ids.shape, run.ids.device)
-        edits = {s: scatter_at(final, torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
-        _, a, _ = run.forward(edits)
+        edits = {s: Edit([-1], torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
+        _, a, _ = run.forward(edits, attention=[reader["layer"]], logits=False)
         after = attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
         evidence.append({"group": gi, "layers": "-".join(map(str, group)), "attention": after, "intact": intact})
     if not evidence:
@@ -208,17 +208,19 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
                 }
             )
 
-    logits, attn, _ = hosts.forward()
-    record("none", "", "", "", logits, attn)
     blocks = {name: gi for name, gi in blocks.items() if gi is not None}
     sites = [s for gi in blocks.values() for s in mixer_sites(hm.groups[gi])]
-    _, host_cache = prefill(hm, hosts.ids[:, :-1])  # the state transplant edits copies of it
+    final = hosts.ids.shape[1] - 1
     donor_runs = {"same_dict": donors, "other_dict": others, "identity": hosts}
-    # One forward per donor serves every block and position set; one prefill every state transplant.
+    # One pass per donor serves every block and position set and leaves the prefix every state transplant
+    # continues (it runs to the logits for that); the hosts' pass comes first, so the intact host reuses it.
     captured = {
-        name: (donor.forward(capture=sites, capture_at=None)[2], prefill(hm, donor.ids[:, :-1])[1])
-        for name, donor in donor_runs.items()
+        name: (donor.forward(capture=sites, capture_at=None)[2], donor.prefix(final))
+        for name, donor in reversed(donor_runs.items())
     }
+    read = [reader["layer"]]
+    logits, attn, _ = hosts.forward(attention=read)
+    record("none", "", "", "", logits, attn)
     for block, gi in blocks.items():
         for donor_name, donor in donor_runs.items():
             writes, donor_cache = captured[donor_name]
@@ -226,12 +228,11 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
                 host_at, donor_at = hosts.positions(part), donor.positions(part)
                 if any(len(h) != len(d) for h, d in zip(host_at, donor_at, strict=True)):
                     continue  # a position set of another length cannot be transplanted one to one
-                donor_idx = position_index(donor_at, *donor.ids.shape, donor.ids.device)
-                idx = position_index(host_at, *hosts.ids.shape, hosts.ids.device)
-                edits = {s: scatter_at(idx, gather(writes[s], donor_idx)) for s in mixer_sites(hm.groups[gi])}
-                logits, attn, _ = hosts.forward(edits)
+                donor_idx = donor.index(donor_at)
+                edits = {s: Edit(host_at, gather(writes[s], donor_idx)) for s in mixer_sites(hm.groups[gi])}
+                logits, attn, _ = hosts.forward(edits, attention=read)
                 record("query", block, donor_name, part, logits, attn)
-            logits = _state_transplant(hm, donor_cache, host_cache, hosts.ids[:, -1:], hm.groups[gi])
+            logits = _state_transplant(hm, donor_cache, hosts.prefix(final), hosts.ids[:, -1:], hm.groups[gi])
             record("state", block, donor_name, "final", logits, None)
     return rows
 

@@ -20,8 +20,7 @@ import itertools
 import numpy as np
 import torch
 
-from hybridlens.interventions.engine import Runner, attention_to, mixer_sites
-from hybridlens.interventions.patch import position_index, scatter_at
+from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import item_batches
 
@@ -88,11 +87,12 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
                 }
             )
 
-    logits, attn, _ = intact or hosts.forward()
+    read = [main["layer"]]
+    logits, attn, _ = intact or hosts.forward(attention=read)
     record("none", logits, attn)
     for g, layers in enumerate(hm.groups):
-        edits = {s: (lambda t: torch.zeros_like(t)) for s in mixer_sites(layers)}
-        logits, attn, _ = hosts.forward(edits)
+        edits = {s: Edit(None, torch.zeros_like) for s in mixer_sites(layers)}
+        logits, attn, _ = hosts.forward(edits, attention=read)
         record(f"G{g}", logits, attn)
     return rows
 
@@ -103,12 +103,12 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list,
     a_entry, b_entry = [t.donor.query for t in items], [t.host.query for t in items]
     a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
     sites = [s for layers in hm.groups for s in mixer_sites(layers)]
-    _, _, writes = donors.forward(capture=sites, capture_at=[[-1]] * len(items))
-    final = position_index([-1], *hosts.ids.shape, hosts.ids.device)
+    _, _, writes = donors.forward(capture=sites, capture_at=[-1], logits=False)
+    read = sorted({r["layer"] for r in reader_list})
     rows = []
     for gs in [()] + list(sets):
-        edits = {s: scatter_at(final, writes[s]) for g in gs for s in mixer_sites(hm.groups[g])}
-        logits, attn, _ = intact if not gs and intact else hosts.forward(edits)
+        edits = {s: Edit([-1], writes[s]) for g in gs for s in mixer_sites(hm.groups[g])}
+        logits, attn, _ = intact if not gs and intact else hosts.forward(edits, attention=read)
         la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
         top = logits.argmax(-1)
         to_a = _reader_attention(attn, reader_list, a_pos)
@@ -137,12 +137,16 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     """
     b_entry = [t.host.query for t in items]
     b_pos = hosts.entry_positions(b_entry)
-    _, intact_attn, _ = intact or hosts.forward()
-    rows = []
+    _, intact_attn, _ = intact or hosts.forward(attention=sorted({r["layer"] for r in reader_list}))
+    rows, blocked = [], {}
     for early, late in itertools.combinations(reader_list, 2):
         if early["layer"] == late["layer"]:
             continue
-        _, attn, _ = hosts.forward(heads_off_final={early["layer"]: [early["head"]]})
+        if early["layer"] not in blocked:  # one forward per blocked reader reads every later one
+            later = sorted({r["layer"] for r in reader_list if r["layer"] > early["layer"]})
+            off = {early["layer"]: [early["head"]]}
+            blocked[early["layer"]] = hosts.forward(heads_off_final=off, attention=later, logits=False)[1]
+        attn = blocked[early["layer"]]
         before = attention_to(intact_attn[late["layer"]], b_pos)[:, late["head"]]
         after = attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
         for i, t in enumerate(items):
@@ -166,7 +170,8 @@ def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
     for batch in item_batches(hm, items, lambda t: (t.host, t.donor), batch_size):
         hosts = Runner(hm, [t.host for t in batch], n_languages)
         donors = Runner(hm, [t.donor for t in batch], n_languages)
-        intact = hosts.forward()  # one unedited forward serves all three
+        read = sorted({r["layer"] for r in reader_list} | {main["layer"]})
+        intact = hosts.forward(attention=read)  # one unedited forward serves all three
         profile += profile_rows(hm, hosts, batch, reader_list, main, intact)
         transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list, intact)
         blocking += blocking_rows(hm, hosts, batch, reader_list, intact)

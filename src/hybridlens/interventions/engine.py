@@ -4,29 +4,60 @@ Circuit localization and transplants, the scale sweep and stitching all run the 
 batch of prompts of one token length, edited at write sites or heads, read at the final position. Its site
 hooks are built by patch.site_hook, as patch.run builds them, so an edit means the same thing in both.
 
+Each forward does only the work its edits and read-outs need. Under causal attention and recurrence an edit
+at position t changes nothing before t, so a forward whose edits and captures all lie at positions >= t
+continues a copy of the batch's cache after its first t tokens, computed once and shared by every such
+forward (t is at most the final position, where logits and attentions are read). A forward that needs no
+logits stops after the last layer it reads, and attention runs eager (which returns weights) only in the
+forwards that read attention, sdpa elsewhere.
+
+Edit          a write-site edit at a position set: values written there, or a function of what is there
 Runner        forwards of one batch: final-position logits, final-position attentions and captures
+transplant    hosts' logits with donors' writes at sites copied in at a position set (query transplant)
 attention_to  final-position attentions [B, H, T] summed over per-item positions -> [B, H]
 mixer_sites   the mixer_out write sites of a group's layers
 """
 
+import copy
+from typing import NamedTuple
+
 import torch
 
 from hybridlens.interventions.hooks import TraceDict
-from hybridlens.interventions.patch import gather, ignore_name, position_index, retained, site_hook
+from hybridlens.interventions.patch import gather, ignore_name, position_index, retained, scatter_at, site_hook
+from hybridlens.models.adapter import parse_site
 from hybridlens.tasks.retrieval import Prompt, token_positions
 from hybridlens.tasks.vocab import language_forms
 
 
-class Runner:
-    """Forwards of one batch of prompts (one token length) with the circuit's interventions."""
+class Edit(NamedTuple):
+    """Replace a write site at `positions` (None: every position; ints shared by the batch; one list per item)
+    by `values` [B, P, D], or by values(what is there [B, P, D]); with positions None, values(tensor [B, T, D])."""
 
-    def __init__(self, hm, prompts: list[Prompt], n_languages: int):
+    positions: object
+    values: object
+
+
+class Runner:
+    """Forwards of one batch of prompts (one token length) with the circuit's interventions.
+
+    minimal=False runs every forward in full (from the first token, to the logits, eager): the reference
+    the shortcuts are tested against. bench/forward_work.py sets the class default to compare the two.
+    """
+
+    minimal = True
+
+    def __init__(self, hm, prompts: list[Prompt], n_languages: int | None = None, minimal: bool | None = None):
         self.hm, self.prompts = hm, prompts
+        if minimal is not None:
+            self.minimal = minimal
         self.ids, self.offsets = hm.encode([p.text for p in prompts])
-        forms = language_forms(n_languages)
-        self.value_ids = torch.tensor(
-            [[hm.token_id(forms[p.language][v]) for _, v in p.pairs] for p in prompts], device=hm.device
-        )
+        self._prefixes = {}  # t -> cache after the first t tokens
+        if n_languages is not None:
+            forms = language_forms(n_languages)
+            self.value_ids = torch.tensor(
+                [[hm.token_id(forms[p.language][v]) for _, v in p.pairs] for p in prompts], device=hm.device
+            )
 
     def positions(self, part: str):
         return [token_positions(p, o, part) for p, o in zip(self.prompts, self.offsets, strict=True)]
@@ -38,19 +69,66 @@ class Runner:
             for p, o, e in zip(self.prompts, self.offsets, entry, strict=True)
         ]
 
-    @torch.no_grad()
-    def forward(self, edits=None, heads_off=None, capture=(), capture_at=None, heads_off_final=None):
-        """Final-position logits [B, V], final-position attentions {layer: [B, H, T]} and captures.
+    def index(self, positions):
+        """[B, P] indices of a position set in this batch."""
+        return position_index(positions, *self.ids.shape, self.ids.device)
 
-        edits: {site: fn(tensor [B, T, D]) -> tensor} on write sites; heads_off: {layer: [head, ...]} zeroed at
-        every position, heads_off_final: the same at the final position only; capture: write sites recorded
-        at `capture_at` (a position set or per-item lists).
+    @torch.no_grad()
+    def prefix(self, t: int):
+        """The cache after the batch's first t tokens, unedited; computed once, never advanced (copy it)."""
+        if t not in self._prefixes:
+            self._fill_prefix(t)
+        return self._prefixes[t]
+
+    def _fill_prefix(self, t: int, capture=()):
+        """Compute the prefix cache of t tokens; returns the captures of those positions {site: [B, t, D]}."""
+        hooks = {site: site_hook(self.hm, site, capture=True) for site in capture}
+        modules, options = {k: m for k, (m, _) in hooks.items()}, {k: o for k, (_, o) in hooks.items()}
+        cache = self.hm.new_cache()
+        with self.hm.attention_implementation("sdpa"), TraceDict(modules, options) as traces:
+            self.hm.model(self.ids[:, :t], cache=cache, use_cache=True, logits_to_keep=1)
+        self._prefixes[t] = cache
+        return {site: retained(traces[site]) for site in capture}
+
+    def first_position(self, edits, heads_off, capture_at):
+        """The first position any edit or capture touches, at most the final one (where read-outs are)."""
+        start = self.ids.shape[1] - 1
+        if heads_off or not self.minimal:
+            return 0
+        for positions in [e.positions for e in edits.values()] + ([capture_at] if capture_at != () else []):
+            if positions is None:
+                return 0
+            idx = self.index(positions)
+            if idx.numel():
+                start = min(start, int(idx.min()))
+        return start
+
+    @torch.no_grad()
+    def forward(
+        self, edits=None, heads_off=None, heads_off_final=None, capture=(), capture_at=None, attention=(), logits=True
+    ):
+        """Final-position logits [B, V] (None if not `logits`), attentions {layer: [B, H, T]} and captures.
+
+        edits: {site: Edit} on write sites; heads_off: {layer: [head, ...]} zeroed at every position,
+        heads_off_final: the same at the final position only; capture: write sites recorded at `capture_at`
+        (a position set or per-item lists); attention: the layers whose final-position attention is read.
+        Without logits the forward stops after the last layer it captures or reads.
         """
         hm = self.hm
+        edits = dict(edits or {})
+        for site, edit in edits.items():
+            if not isinstance(edit, Edit):
+                raise TypeError(f"edit of {site}: give Edit(positions, values), not {type(edit).__name__}")
+        start = self.first_position(edits, heads_off, capture_at if capture else ())
+        final, origin, before = self.ids.shape[1] - 1, start, None
+        unedited = not edits and not heads_off
+        if unedited and start == 0 and self.minimal and logits and final > 0 and final not in self._prefixes:
+            before, start = self._fill_prefix(final, capture), final  # a full pass leaves the prefix on its way
+        ids = self.ids[:, start:]
         modules, options = {}, {}
         # Hooks on one module run in registration order: a capture of an edited site sees the edit.
-        for site, fn in dict(edits or {}).items():
-            modules[site], options[site] = site_hook(hm, site, edit=fn)
+        for site, edit in edits.items():
+            modules[site], options[site] = site_hook(hm, site, edit=self._edit(edit, start))
         for final, off in ((False, heads_off), (True, heads_off_final)):
             for layer, heads in (off or {}).items():
                 proj, _, dim = hm.head_mixer(layer)
@@ -58,19 +136,75 @@ class Runner:
                 options[f"heads.{layer}.{final}"] = {"edit_input": ignore_name(_zero_heads(heads, dim, final))}
         for site in capture:
             modules[f"capture.{site}"], options[f"capture.{site}"] = site_hook(hm, site, capture=True)
-        with TraceDict(modules, options) as traces:
-            out = hm.model(self.ids, output_attentions=True, logits_to_keep=1)
-        attn = {layer: a[:, :, -1].float() for layer, a in zip(hm.attention_layers(), out.attentions, strict=True)}
+        for layer in attention:
+            modules[f"attention.{layer}"] = hm.attention(layer)
+            options[f"attention.{layer}"] = {"retain_output": False, "retain_weights": True}
+        if not logits and self.minimal:
+            last = max([parse_site(s).layer for s in capture] + list(attention))
+            modules["stop"], options["stop"] = hm.layers[last], {"retain_output": False, "stop": True}
+        kwargs = {"logits_to_keep": 1}
+        if start:
+            positions = torch.arange(start, self.ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+            kwargs |= {"cache": copy.deepcopy(self.prefix(start)), "use_cache": True, "position_ids": positions}
+        out = None
+        eager = attention or not self.minimal
+        with hm.attention_implementation("eager" if eager else "sdpa"), TraceDict(modules, options) as traces:
+            out = hm.model(ids, **kwargs)
+        attn = {layer: traces[f"attention.{layer}"].weights[:, :, -1].float() for layer in attention}
         captured = {}
         if capture:
-            idx = position_index(capture_at, *self.ids.shape, self.ids.device)
+            idx = self.index(capture_at) - origin
             for site in capture:
-                captured[site] = gather(retained(traces[f"capture.{site}"]), idx)
-        return out.logits[:, -1].float(), attn, captured
+                kept = retained(traces[f"capture.{site}"])
+                captured[site] = gather(kept if before is None else torch.cat([before[site], kept], 1), idx)
+        return (out.logits[:, -1].float() if logits else None), attn, captured
+
+    def _edit(self, edit: Edit, start: int):
+        """edit as a function of a site's tensor, which holds positions start.. of the batch."""
+        if edit.positions is None:
+            return edit.values
+        idx = self.index(edit.positions) - start
+
+        def apply(t):
+            values = edit.values(gather(t, idx)) if callable(edit.values) else edit.values
+            return scatter_at(idx, values)(t)
+
+        return apply
 
     def value_logits(self, logits, entry):
         """Logit of one entry's value token per item."""
         return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
+
+
+@torch.no_grad()
+def transplant(hm, donors, hosts, sites, positions="final"):
+    """Final-position logits [n, vocab] of each host prompt with its donor's writes at `sites` copied in.
+
+    donors[i] and hosts[i] are Prompts (tasks.retrieval); `positions` is a position set or prompt part
+    (token_positions) and must cover as many tokens in each donor as in its host, so that writes move one
+    to one. Items are batched by (host, donor) token length; the result is in item order.
+    """
+    if len(donors) != len(hosts):
+        raise ValueError(f"{len(donors)} donors for {len(hosts)} hosts; give one donor per host")
+    sites = [str(s) for s in sites]
+    donor_ids, donor_offsets = hm.tokenize([p.text for p in donors])
+    host_ids, host_offsets = hm.tokenize([p.text for p in hosts])
+    at_donor = [token_positions(p, o, positions) for p, o in zip(donors, donor_offsets, strict=True)]
+    at_host = [token_positions(p, o, positions) for p, o in zip(hosts, host_offsets, strict=True)]
+    for i, (d, h) in enumerate(zip(at_donor, at_host, strict=True)):
+        if len(d) != len(h):
+            raise ValueError(f"item {i}: position set {positions!r} has {len(d)} donor and {len(h)} host tokens")
+    groups = {}
+    for i in range(len(hosts)):
+        groups.setdefault((len(host_ids[i]), len(donor_ids[i]), len(at_host[i])), []).append(i)
+    out = [None] * len(hosts)
+    for items in groups.values():
+        d_run, h_run = Runner(hm, [donors[i] for i in items]), Runner(hm, [hosts[i] for i in items])
+        writes = d_run.forward(capture=sites, capture_at=[at_donor[i] for i in items], logits=False)[2]
+        logits = h_run.forward({s: Edit([at_host[i] for i in items], writes[s]) for s in sites})[0]
+        for j, i in enumerate(items):
+            out[i] = logits[j]
+    return torch.stack(out)
 
 
 def _zero_heads(heads, dim, final_only=False):

@@ -44,6 +44,8 @@ class Trace:
         clone, detach: how the retained tensors are copied.
         edit_output(tensor, name) -> tensor: replace the module's hidden-state output.
         edit_input(tensor, name) -> tensor: replace the module's hidden-state input (first arg).
+        retain_weights: keep the second element of a tuple output in `.weights` (an attention module's
+            weights [batch, heads, query, key], which it returns only when it runs eager).
         stop: raise StopForward after this module ran (with-block swallows it).
     """
 
@@ -57,13 +59,15 @@ class Trace:
         detach=True,
         edit_output=None,
         edit_input=None,
+        retain_weights=False,
         stop=False,
     ):
         self.module, self.name = module, name
         self.retain_output, self.retain_input = retain_output, retain_input
         self.clone, self.detach = clone, detach
         self.edit_output, self.edit_input, self.stop = edit_output, edit_input, stop
-        self.input = self.output = None
+        self.retain_weights = retain_weights
+        self.input = self.output = self.weights = None
         self._handles = []
 
     def _pre_hook(self, module, args, kwargs):
@@ -86,6 +90,8 @@ class Trace:
             output = _replace_first(output, self.edit_output(_first_tensor(output), self.name))
         if self.retain_output:
             self.output = _copy(_first_tensor(output), self.clone, self.detach)
+        if self.retain_weights:
+            self.weights = _copy(output[1], self.clone, self.detach)
         if self.stop:
             raise StopForward(self.name)
         return output

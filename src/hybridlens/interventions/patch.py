@@ -7,7 +7,6 @@ ignore_name      a one-argument edit as TraceDict's (tensor, name) edit
 site_hook        (module, Trace options) that capture and/or edit one write site; run and engine.Runner use it
 retained         the tensor a capturing site_hook's trace kept
 run              forward with captures and patches at sites; hooks always come off
-transplant       hosts' logits with donors' writes at sites copied in at a position set (query transplant)
 """
 
 from dataclasses import dataclass, field
@@ -101,38 +100,3 @@ def scatter_at(idx, values):
 
 def ignore_name(fn):
     return lambda t, _name: fn(t)
-
-
-@torch.no_grad()
-def transplant(hm, donors, hosts, sites, positions="final"):
-    """Final-position logits [n, vocab] of each host prompt with its donor's writes at `sites` copied in.
-
-    donors[i] and hosts[i] are Prompts (tasks.retrieval); `positions` is a position set or prompt part
-    (token_positions) and must cover as many tokens in each donor as in its host, so that writes move one
-    to one. Items are batched by (host, donor) token length; the result is in item order.
-    """
-    from hybridlens.tasks.retrieval import token_positions
-
-    if len(donors) != len(hosts):
-        raise ValueError(f"{len(donors)} donors for {len(hosts)} hosts; give one donor per host")
-    sites = [str(s) for s in sites]
-    donor_ids, donor_offsets = hm.tokenize([p.text for p in donors])
-    host_ids, host_offsets = hm.tokenize([p.text for p in hosts])
-    at_donor = [token_positions(p, o, positions) for p, o in zip(donors, donor_offsets, strict=True)]
-    at_host = [token_positions(p, o, positions) for p, o in zip(hosts, host_offsets, strict=True)]
-    for i, (d, h) in enumerate(zip(at_donor, at_host, strict=True)):
-        if len(d) != len(h):
-            raise ValueError(f"item {i}: position set {positions!r} has {len(d)} donor and {len(h)} host tokens")
-    groups = {}
-    for i in range(len(hosts)):
-        groups.setdefault((len(host_ids[i]), len(donor_ids[i]), len(at_host[i])), []).append(i)
-    out = [None] * len(hosts)
-    for items in groups.values():
-        d_ids = torch.tensor([donor_ids[i] for i in items], device=hm.device)
-        h_ids = torch.tensor([host_ids[i] for i in items], device=hm.device)
-        writes = run(hm, d_ids, capture=sites, positions=[at_donor[i] for i in items], logits_to_keep=1).captured
-        where = [at_host[i] for i in items]
-        logits = run(hm, h_ids, patch={s: (where, writes[s]) for s in sites}, logits_to_keep=1).logits[:, -1]
-        for j, i in enumerate(items):
-            out[i] = logits[j]
-    return torch.stack(out)

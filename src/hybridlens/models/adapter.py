@@ -8,6 +8,7 @@ Site, parse_site
 UnsupportedModel
 """
 
+import contextlib
 import functools
 import re
 from dataclasses import dataclass
@@ -59,14 +60,15 @@ def parse_site(site) -> Site:
     return Site(int(m.group(1)), m.group(2))
 
 
-def load_model(source, dtype="float32", device="cpu", device_map=None, attn_implementation="eager", family=None):
+def load_model(source, dtype="float32", device="cpu", device_map=None, attn_implementation="sdpa", family=None):
     """Load a causal LM and its tokenizer through `from_pretrained`, safetensors only, no remote code.
 
     Args:
         source: hub id or local directory (a toy model saved by the pipeline is one).
         dtype: torch dtype name. device: where to put it, unless device_map (e.g. "auto",
         through accelerate) spreads it over several GPUs.
-        attn_implementation: "eager" returns attention weights (reader analyses need them).
+        attn_implementation: "sdpa" is faster and returns no attention weights; the engine switches to "eager"
+            for the forwards whose attention it reads (hm.attention_implementation does the same for yours).
         family: the family the caller expects (a registry entry's); a checkpoint of another is refused.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -163,6 +165,20 @@ class HybridModel:
 
     def attention(self, layer: int):
         return getattr(self.layers[layer], self.family.attention, None)
+
+    @contextlib.contextmanager
+    def attention_implementation(self, name: str):
+        """Forwards inside run with this attention implementation: "eager" returns attention weights, "sdpa"
+        is faster and returns none. The model's own is restored after (it is switched only if it differs)."""
+        before = self.model.config._attn_implementation
+        if name == before:
+            yield
+            return
+        self.model.set_attn_implementation(name)
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation(before)
 
     def head_mixer(self, layer: int):
         """(output projection, n_heads, head_dim) of an attention layer: its input holds the heads side by side,
