@@ -132,3 +132,15 @@ def test_transplant_from_the_host_itself_is_the_intact_model(hm):
     for part in ("final", "question"):
         same = transplant(hm, prompts, prompts, sites, positions=part)
         _close(same, run(hm, hm.encode([p.text for p in prompts])[0], logits_to_keep=1).logits[:, -1].float())
+
+
+def test_a_batch_keeps_its_final_prefix_and_the_latest_other_one(hm):
+    fast, full = _runners(hm)
+    final = fast.ids.shape[1] - 1
+    for t in (final, 2, 3):
+        fast.prefix(t)
+    assert sorted(fast._prefixes) == [3, final]
+    site = mixer_sites(hm.groups[0])[0]
+    edit = {site: Edit([2], torch.zeros(len(fast.prompts), 1, hm.d_model))}
+    _close(fast.forward(edit)[0], full.forward(edit)[0])  # an evicted prefix is computed again
+    assert sorted(fast._prefixes) == [2, final]

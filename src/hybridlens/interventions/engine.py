@@ -87,7 +87,10 @@ class Runner:
         cache = self.hm.new_cache()
         with self.hm.attention_implementation("sdpa"), TraceDict(modules, options) as traces:
             self.hm.model(self.ids[:, :t], cache=cache, use_cache=True, logits_to_keep=1)
-        self._prefixes[t] = cache
+        # Keep the final position's prefix (every final-position edit continues it) and the latest other one:
+        # a large model's recurrent states make each cache as large as the activations of a forward.
+        final = self.ids.shape[1] - 1
+        self._prefixes = {k: v for k, v in self._prefixes.items() if k == final} | {t: cache}
         return {site: retained(traces[site]) for site in capture}
 
     def first_position(self, edits, heads_off, capture_at):
