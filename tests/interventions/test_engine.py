@@ -144,3 +144,12 @@ def test_a_batch_keeps_its_final_prefix_and_the_latest_other_one(hm):
     edit = {site: Edit([2], torch.zeros(len(fast.prompts), 1, hm.d_model))}
     _close(fast.forward(edit)[0], full.forward(edit)[0])  # an evicted prefix is computed again
     assert sorted(fast._prefixes) == [2, final]
+
+
+def test_edits_and_read_outs_that_cannot_run_are_refused_in_one_line(hm):
+    fast, _ = _runners(hm)
+    site = mixer_sites(hm.groups[0])[0]
+    with pytest.raises(TypeError, match=r"edit of layers\.\d+\.mixer_out: give Edit\(positions, values\)"):
+        fast.forward({site: torch.zeros_like})
+    with pytest.raises(ValueError, match="a forward without logits must capture a site or read an attention"):
+        fast.forward(logits=False)

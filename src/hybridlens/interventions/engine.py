@@ -132,16 +132,18 @@ class Runner:
         # Hooks on one module run in registration order: a capture of an edited site sees the edit.
         for site, edit in edits.items():
             modules[site], options[site] = site_hook(hm, site, edit=self._edit(edit, start))
-        for final, off in ((False, heads_off), (True, heads_off_final)):
+        for final_only, off in ((False, heads_off), (True, heads_off_final)):
             for layer, heads in (off or {}).items():
                 proj, _, dim = hm.head_mixer(layer)
-                modules[f"heads.{layer}.{final}"] = proj
-                options[f"heads.{layer}.{final}"] = {"edit_input": ignore_name(_zero_heads(heads, dim, final))}
+                name, edit = f"heads.{layer}.{final_only}", _zero_heads(heads, dim, final_only)
+                modules[name], options[name] = proj, {"edit_input": ignore_name(edit)}
         for site in capture:
             modules[f"capture.{site}"], options[f"capture.{site}"] = site_hook(hm, site, capture=True)
         for layer in attention:
             modules[f"attention.{layer}"] = hm.attention(layer)
             options[f"attention.{layer}"] = {"retain_output": False, "retain_weights": True}
+        if not logits and not (capture or attention):
+            raise ValueError("a forward without logits must capture a site or read an attention layer")
         if not logits and self.minimal:
             last = max([parse_site(s).layer for s in capture] + list(attention))
             modules["stop"], options["stop"] = hm.layers[last], {"retain_output": False, "stop": True}
