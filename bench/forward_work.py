@@ -27,6 +27,7 @@ from hybridlens.interventions.engine import Runner
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import HybridModel, load_model, parse_site
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.prompt_sets import item_batches
 
 
 class Count:
@@ -91,10 +92,8 @@ def floor_pair(hm, batch, sites):
 
 def measure(name, hm, args, localization=True):
     items = circuit.triples(hm, 1, args.items, args.pairs, "chat", 2)
-    lengths = {}
-    for t in items:
-        lengths.setdefault(tuple(len(hm.encode([p.text])[0][0]) for p in (t.host, t.donor, t.other)), []).append(t)
-    items = max(lengths.values(), key=len)  # one batch of one token length: every forward is a full batch
+    # One batch of one token length, so that every forward is a full batch.
+    items = max(item_batches(hm, items, lambda t: (t.host, t.donor, t.other), len(items)), key=len)
     count = Count(hm)
     found, _, reader_rows = circuit.localize(hm, [t.host for t in items], 2)
     main = found["reader"]
