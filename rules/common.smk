@@ -86,16 +86,19 @@ def realshape_config(model):
 
 
 def check_sources():
-    """Every registry entry's source, before any job runs: a toy's family must have a toy, a real-shape
-    entry's published config must exist and be of its family, and a real checkpoint must be one (config,
-    family, every shard, every header, a tokenizer). A hub id is asked of the hub, once, by the main process.
+    """Every registry entry's source, before any job runs: a toy's layout must use its family's letters, a
+    real-shape entry's published config must exist and be of its family, and a real checkpoint must be one
+    (config, family, every shard, every header, a tokenizer). A hub id is asked of the hub, once, by the main
+    process.
     """
     for name, entry in config["models"].items():
         where = f"config models.{name}.source"
-        if is_toy(name) and not FAMILIES[entry["family"]].toy:
+        family = FAMILIES[entry["family"]]
+        layout = entry["source"]["toy"]["layout"] if is_toy(name) else ""
+        if set(layout) - set(family.letters):
             raise ValueError(
-                f"config models.{name}.family: {entry['family']} has no toy model; toys are of the families "
-                f"{[f for f in FAMILIES if FAMILIES[f].toy]}"
+                f"{where}.toy.layout: {layout!r} has layers family {family.name} does not build; "
+                f"use only the letters {family.letters!r}"
             )
         if is_realshape(name):
             path = Path(realshape_config(name))

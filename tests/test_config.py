@@ -64,10 +64,11 @@ def test_zoo_defaults_are_the_shipped_config():
 
 
 def test_schema_lists_every_family_the_adapter_knows():
-    from hybridlens.models.families import FAMILIES
+    from hybridlens.config import load_schema
+    from hybridlens.models.families import REGISTRY
 
-    family = yaml.safe_load(SCHEMA.read_text())["definitions"]["model"]["properties"]["family"]
-    assert family["enum"] == list(FAMILIES)
+    family = load_schema(SCHEMA)["definitions"]["model"]["properties"]["family"]
+    assert family["enum"] == list(REGISTRY) and "nemotron_h" in family["enum"]
 
 
 def test_real_configs_are_the_shared_copies():

@@ -61,3 +61,21 @@ def test_each_experiment_page_documents_every_key_of_its_config_section(section,
     text = (DOCS / f"{page}.md").read_text()
     missing = [k for k in keys(schema["properties"]) if f"`{k}`" not in text]
     assert not missing, f"docs/{page}.md does not document {missing}"
+
+
+def test_the_readme_family_table_is_the_registry():
+    """The README's table of supported families is written from the registry; rewrite it after adding one."""
+    from hybridlens.models.families import REGISTRY, family_table
+    from hybridlens.models.families.__main__ import BEGIN, END
+
+    readme = (DOCS.parent / "README.md").read_text()
+    table = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert table == family_table().strip(), "run: python -m hybridlens.models.families --write README.md"
+    assert len(table.splitlines()) == len(REGISTRY) + 2
+
+
+def test_the_adding_a_family_example_is_the_shipped_module():
+    blocks = python_blocks(DOCS / "adding-a-family.md")
+    module = (DOCS.parent / "src/hybridlens/models/families/bamba.py").read_text()
+    rows = (DOCS.parent / "tests/models/test_families.py").read_text()
+    assert blocks[0] in module and blocks[1].splitlines()[1] in rows

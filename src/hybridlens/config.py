@@ -1,5 +1,6 @@
 """Config checking with one clear line per problem.
 
+load_schema    the JSON schema, its list of families taken from the family registry
 load_config    read a YAML config file, refusing duplicate keys and naming a syntax error's file, line, column
 check_config   validate a config dict against the JSON schema; raise ConfigError naming the key
 ConfigError
@@ -74,9 +75,18 @@ def load_config(path) -> dict:
     return config
 
 
+def load_schema(schema_path) -> dict:
+    """The config schema, with the model families of the registry as the allowed `family` values."""
+    from hybridlens.models.families import FAMILIES
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema["definitions"]["model"]["properties"]["family"]["enum"] = list(FAMILIES)
+    return schema
+
+
 def check_config(config: dict, schema_path) -> None:
     """Raise ConfigError("config models.x.family: 'y' is not one of [...]; ...") for the most relevant error."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_schema(schema_path)
     validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is not None:

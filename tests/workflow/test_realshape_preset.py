@@ -1,5 +1,5 @@
-"""The real-shape preset end to end: the paper preset's eight models as random-weight checkpoints with their
-published structure, built by the pipeline and run through every experiment in bfloat16."""
+"""The real-shape preset end to end: the paper preset's eight models and Nemotron-H-8B as random-weight
+checkpoints with their published structure, built by the pipeline and run through every experiment in bfloat16."""
 
 import json
 import re

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from wf import MODELS, SNAKEMAKE, snakemake, workdir
+from wf import FAMILY_TOYS, MODELS, SNAKEMAKE, snakemake, workdir
 
 from hybridlens.experiments.extract import extract
 from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
@@ -73,7 +73,7 @@ def test_logit_lens_tables(run1):
 
 def test_split_prefill_tables(run1):
     cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["split_prefill"]
-    for name in MODELS:
+    for name in MODELS + FAMILY_TOYS:
         out = run1 / f"results/split_prefill/{name}"
         items = pd.read_csv(out / "items.tsv", sep="\t")
         assert len(items) == len(cfg["seeds"]) * cfg["n"] * len(CONDITIONS)
@@ -96,14 +96,14 @@ def test_split_prefill_tables(run1):
     items = pd.read_csv(run1 / "results/split_prefill/qwen_tiny/items.tsv", sep="\t", keep_default_na=False)
     assert items[items["seed"] == 1].to_dict("records") == direct
     combined = pd.read_csv(run1 / "results/tables/split_prefill_retention.tsv", sep="\t")
-    assert list(dict.fromkeys(combined["model"])) == MODELS
+    assert list(dict.fromkeys(combined["model"])) == MODELS + FAMILY_TOYS
     for figure in ("split_prefill_retention", "state_swap"):
         assert (run1 / f"results/figures/{figure}.pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_circuit_tables(run1):
     cfg = yaml.safe_load((run1 / "tests/config/config.yaml").read_text())["circuit"]
-    for name in MODELS:
+    for name in MODELS + FAMILY_TOYS:
         out = run1 / f"results/circuit/{name}"
         circuit = json.loads((out / "circuit.json").read_text())
         readers = pd.read_csv(out / "readers.csv")
@@ -230,6 +230,7 @@ def test_reordering_config_keys_reruns_nothing(run1):
         ("models.qwen_tiny.family: mamba9", "family"),
         ("zoo.gate: 2", "gate"),
         ("models.qwen_tiny.source.toy.layout: LLXA", "layout"),
+        ("models.qwen_tiny.source.toy.layout: LLPA", "layout"),  # P is not a Qwen3.5 layer
         ("stitch.pairs: [[qwen_tiny, nomodel]]", "pairs"),
     ],
 )
@@ -265,8 +266,8 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
 
 
 def test_toys_that_more_experiments_wait_on_train_first(tmp_path):
-    """In the test config qwen_tiny feeds six experiments, granite_tiny four, falcon_tiny three and
-    qwen_tiny_s one: a toy that finishes late holds up the most jobs behind it, so training starts with it."""
+    """In the test config qwen_tiny feeds six experiments, granite_tiny four, falcon_tiny three, nemotron_tiny and
+    next_tiny two, qwen_tiny_s one: a toy that finishes late holds up the most jobs behind it, so it trains first."""
     cwd = workdir(tmp_path)
     res = snakemake(cwd, "-n")
     assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
@@ -274,10 +275,11 @@ def test_toys_that_more_experiments_wait_on_train_first(tmp_path):
         r"rule (train_toy|evaluate_toy):\n(?:    .*\n)*?    wildcards: model=(\w+)\n    priority: (\d+)", res.stdout
     )
     priority = {(rule, model): int(p) for rule, model, p in jobs}
-    assert {m for r, m in priority if r == "train_toy"} == {*MODELS, "qwen_tiny_s"}
+    assert {m for r, m in priority if r == "train_toy"} == {*MODELS, *FAMILY_TOYS, "qwen_tiny_s"}
     for rule in ("train_toy", "evaluate_toy"):
         assert priority[rule, "qwen_tiny"] == 16 and priority[rule, "granite_tiny"] == 14
         assert priority[rule, "falcon_tiny"] == 13 and priority[rule, "qwen_tiny_s"] == 11
+        assert priority[rule, "nemotron_tiny"] == priority[rule, "next_tiny"] == 12
 
 
 def test_the_default_config_loads_the_shipped_zoo_and_trains_nothing(tmp_path):

@@ -241,7 +241,7 @@ def _state_transplant(hm, donor_cache, host_cache, final_ids, group):
     """The host's final token after the group's recurrent and conv states were copied in from the donor."""
     cache = copy.deepcopy(host_cache)
     for layer in group:
-        for name in ("state", "conv"):
+        for name in hm.state_sites:
             site = f"layers.{layer}.{name}"
             hm.write_cache(cache, site, hm.read_cache(donor_cache, site).clone())
     _, logits = greedy(hm, final_ids, 1, cache=cache)

@@ -54,7 +54,7 @@ def channel_sites(hm, channel: str) -> list[str]:
     if channel == "kv":
         return [f"layers.{i}.kv" for i in hm.attention_layers()]
     if channel == "state":
-        return [f"layers.{i}.{s}" for i in hm.linear_layers() for s in ("state", "conv")]
+        return [f"layers.{i}.{s}" for i in hm.linear_layers() for s in hm.state_sites]
     raise ValueError(f"unknown memory channel {channel!r}; use one of {CHANNELS}")
 
 

@@ -1,7 +1,7 @@
-"""The model view; what each family is lives in models/families.py, and only these two modules know it.
+"""The model view; what each family is lives in models/families/, and the core here holds no family name.
 
 load_model     model + tokenizer from a hub id or local directory (safetensors only, no remote code)
-HybridModel    one view of Qwen3.5 / Granite-4.0-H / Falcon-H1: layer kinds, groups, modules per site,
+HybridModel    one view of every registered hybrid family: layer kinds, groups, modules per site,
                cache access per channel, logit lens
 SITES          site name -> where it lives and its shape
 Site, parse_site
@@ -24,14 +24,15 @@ from hybridlens.models.source import check_manifest
 SITES = {
     "resid_pre": "[batch, pos, d_model]  input of decoder layer L",
     "mixer_out": "[batch, pos, d_model]  output of layer L's mixer (linear mixer for linear and parallel layers, "
-    "attention for attention layers), before any residual multiplier",
+    "attention for attention layers, the MLP for an mlp layer), before any residual multiplier",
     "layer_out": "[batch, pos, d_model]  output of decoder layer L (= resid_pre of L+1)",
-    "state": "[batch, heads, d_k, d_v]  recurrent state of a linear (or parallel) layer, in the cache",
+    "state": "[batch, heads, d_k, d_v]  recurrent state of a linear (or parallel) layer, in the cache "
+    "(Mamba-1: [batch, d_inner, d_state]; a short-convolution layer has none)",
     "conv": "[batch, channels, kernel]  conv state of a linear (or parallel) layer, in the cache",
     "kv": "([batch, kv_heads, pos, d_head], same)  keys and values of an attention (or parallel) layer",
 }
 WRITE_SITES = ("resid_pre", "mixer_out", "layer_out")
-KINDS = ("linear", "attention", "parallel")
+KINDS = ("linear", "attention", "parallel", "mlp")
 
 
 # What the assistant turn is prefilled with when a chat template frames the prompts (the answer follows).
@@ -71,7 +72,7 @@ def load_model(source, dtype="float32", device="cpu", device_map=None, attn_impl
             for the forwards whose attention it reads (hm.attention_implementation does the same for yours).
         family: the family the caller expects (a registry entry's); a checkpoint of another is refused.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if Path(source).is_dir():
         check_manifest(source, str(source))  # a shipped checkpoint whose files changed is refused
@@ -87,8 +88,21 @@ def load_model(source, dtype="float32", device="cpu", device_map=None, attn_impl
     )
     if device_map is None:
         model = model.to(device)
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-    return HybridModel(model.eval(), tokenizer, str(source))
+    return HybridModel(model.eval(), _load_tokenizer(source), str(source))
+
+
+def _load_tokenizer(source):
+    """The checkpoint's tokenizer. One that declares itself a plain `TokenizersBackend` (the toys' and the
+    real-shape checkpoints') is loaded as that: AutoTokenizer would rebuild it as the class transformers
+    registers for some model types (Qwen3.5-MoE's), which turns the toys' word-level vocabulary into <unk>."""
+    import json
+
+    from transformers import AutoTokenizer, TokenizersBackend
+
+    config = Path(source) / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == "TokenizersBackend":
+        return TokenizersBackend.from_pretrained(source)
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
 
 
 class HybridModel:
@@ -103,32 +117,36 @@ class HybridModel:
     def __init__(self, model, tokenizer, source=""):
         self.model, self.tokenizer, self.source = model, tokenizer, source
         self.family = family_of(model.config.model_type)
+        self.family.prepare(model)
         self.config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self.base = self._base_model(model)
+        self.base = self.family.base_model(model)
         self.layers = list(self.base.layers)
         self.kinds = [self._kind(layer) for layer in self.layers]
         if not any(k in ("linear", "parallel") for k in self.kinds):
             raise UnsupportedModel(f"{source or type(model).__name__}: no linear layers, so it is not a hybrid model")
         self.groups = self._groups(self.kinds)
 
-    @staticmethod
-    def _base_model(model):
-        base = model.model
-        # Qwen3.5 checkpoints are vision-language models: the text stack sits one level down.
-        return getattr(base, "language_model", base)
-
     def _kind(self, layer) -> str:
-        has_lin = getattr(layer, self.family.linear, None) is not None
-        has_att = getattr(layer, self.family.attention, None) is not None
-        return "parallel" if has_lin and has_att else ("linear" if has_lin else "attention")
+        has_lin = self.family.linear_mixer(layer) is not None
+        has_att = self.family.attention_module(layer) is not None
+        if has_lin or has_att:
+            return "parallel" if has_lin and has_att else ("linear" if has_lin else "attention")
+        if self.family.ffn(layer) is None:
+            raise UnsupportedModel(
+                f"{self.source}: a {type(layer).__name__} has no mixer family {self.family.name} knows"
+            )
+        return "mlp"
 
     @staticmethod
     def _groups(kinds):
-        """Maximal runs of linear layers; a parallel layer is a group of its own (it is also a reader)."""
+        """Maximal runs of linear layers between attention layers (an MLP-only layer ends none); a parallel
+        layer is a group of its own (it is also a reader)."""
         groups, run = [], []
         for i, k in enumerate(kinds):
             if k == "linear":
                 run.append(i)
+                continue
+            if k == "mlp":
                 continue
             if run:
                 groups.append(run)
@@ -157,14 +175,20 @@ class HybridModel:
     def linear_layers(self):
         return [i for i, k in enumerate(self.kinds) if k in ("linear", "parallel")]
 
+    @property
+    def state_sites(self) -> tuple[str, ...]:
+        """The cache sites a linear layer of this model has: ("state", "conv"), or ("conv",) for short convolutions."""
+        return self.family.channels
+
     # --- modules -------------------------------------------------------------------------------
     def mixer(self, layer: int):
-        kind = self.kinds[layer]
-        attr = self.family.attention if kind == "attention" else self.family.linear
-        return getattr(self.layers[layer], attr)
+        kind, fam = self.kinds[layer], self.family
+        if kind == "mlp":
+            return fam.ffn(self.layers[layer])
+        return (fam.attention_module if kind == "attention" else fam.linear_mixer)(self.layers[layer])
 
     def attention(self, layer: int):
-        return getattr(self.layers[layer], self.family.attention, None)
+        return self.family.attention_module(self.layers[layer])
 
     @contextlib.contextmanager
     def attention_implementation(self, name: str):
@@ -184,8 +208,9 @@ class HybridModel:
         """(output projection, n_heads, head_dim) of an attention layer: its input holds the heads side by side,
         so a head is ablated by zeroing its slice there."""
         attn = self.attention(layer)
-        proj = attn.o_proj  # the same name in all three families
-        return proj, proj.in_features // attn.head_dim, attn.head_dim
+        if attn is None:
+            raise LookupError(f"layer {layer} is a {self.kinds[layer]} layer; heads live in attention layers")
+        return self.family.head_mixer(attn)
 
     def module_for(self, site):
         """(module, "input" | "output") that carries a write site."""
@@ -206,11 +231,18 @@ class HybridModel:
 
     def _check_channel(self, site):
         site = parse_site(site)
+        if not 0 <= site.layer < self.n_layers:
+            raise LookupError(f"site {site}: layer {site.layer} out of range 0..{self.n_layers - 1}")
         kind = self.kinds[site.layer]
-        if site.name in ("state", "conv") and kind == "attention":
-            raise LookupError(f"site {site}: layer {site.layer} is an attention layer, it has no {site.name}")
-        if site.name == "kv" and kind == "linear":
-            raise LookupError(f"site {site}: layer {site.layer} is a linear layer, it has no kv")
+        if site.name in ("state", "conv") and kind in ("attention", "mlp"):
+            raise LookupError(f"site {site}: layer {site.layer} is an {kind} layer, it has no {site.name}")
+        if site.name in ("state", "conv") and site.name not in self.state_sites:
+            raise LookupError(
+                f"site {site}: a {self.family.mixer} layer keeps no {site.name}; its cache sites are "
+                f"{', '.join(self.state_sites)}"
+            )
+        if site.name == "kv" and kind in ("linear", "mlp"):
+            raise LookupError(f"site {site}: layer {site.layer} is a {kind} layer, it has no kv")
         if site.name in WRITE_SITES:
             raise LookupError(f"site {site} is a write site; capture it with hooks")
         return site

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hybridlens.models.families import FAMILIES
+from hybridlens.models.families import FAMILIES, family_of
 
 MODES = ("hla", "fixed", "gdn")
 GDN_SLOT = FAMILIES["qwen3_5"].linear  # where a Qwen3.5 decoder layer keeps its GatedDeltaNet (the adapter knows)
@@ -288,7 +288,13 @@ def to_hla(model, mode: str = "hla", **kwargs):
 
     With the default gate bias the gates start near 1, so the converted model starts as the original.
     """
-    layers = model.model.layers
+    family = family_of(model.config.model_type)
+    if not family.hla:
+        hla = [f for f in FAMILIES if FAMILIES[f].hla]
+        raise ValueError(
+            f"to_hla: HLA converts the Gated DeltaNet of the families {hla}, not {family.name}'s {family.mixer}"
+        )
+    layers = family.base_model(model).layers
     converted = 0
     for layer in layers:
         gdn = getattr(layer, GDN_SLOT, None)

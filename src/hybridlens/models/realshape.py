@@ -167,6 +167,8 @@ def realshape_config(published: dict, layers=None, hidden=None, vocab=4096, expe
             text[key] = experts
     if "mamba_n_heads" in text:  # a partial config's default chunk (256) counts as its value
         text["mamba_chunk_size"] = min(chunk, text.get("mamba_chunk_size") or 256)
+    if "mamba_num_heads" in text:  # Nemotron-H's name for it
+        text["chunk_size"] = min(chunk, text.get("chunk_size") or 128)
     text["vocab_size"] = vocab
     if "vision_config" in config:
         vis = config["vision_config"]

@@ -40,7 +40,7 @@ def plot_logit_lens(summary: pd.DataFrame, path):
     fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.2), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
         d = summary[summary["model"] == model]
-        for _, r in d[d["kind"] != "linear"].iterrows():
+        for _, r in d[d["kind"].isin(["attention", "parallel"])].iterrows():
             ax.axvspan(r["layer"] - 0.4, r["layer"] + 0.4, color=PALETTE[1], alpha=0.15, lw=0)
         ax.plot(d["layer"], d["rank_median"], "o-", color=PALETTE[0], label="answer rank (median)")
         ax.fill_between(d["layer"], d["rank_q1"], d["rank_q3"], color=PALETTE[0], alpha=0.2)

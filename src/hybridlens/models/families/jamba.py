@@ -1,0 +1,61 @@
+"""Jamba: Mamba-1 layers at `mamba` and attention layers at `self_attn`, every second MLP an MoE.
+
+Mamba-1 keeps one state per channel: `state` is [batch, d_inner, d_state], not per head. The config
+places attention by period and offset, so a toy layout must repeat one period with one attention layer.
+
+transformers' Jamba continues a cache with the single-step recurrence only for one token; a longer
+continuation runs the full-sequence scan from a zero state and drops the cached one (measured here:
+logits off by 2e-3). `prepare` makes each Mamba-1 mixer continue token by token instead, inside one call,
+so hooks on the mixer still see the whole continuation.
+"""
+
+from dataclasses import dataclass
+
+from hybridlens.models.families.base import Family
+
+
+class _Stepwise:
+    """A Jamba Mamba-1 mixer that continues a filled cache one token at a time."""
+
+    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        import torch
+
+        n = hidden_states.shape[1]
+        if cache is None or n == 1 or cache.get_recurrent_state(self.layer_idx, state_idx=0) is None:
+            return super().forward(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+        mask = None if attention_mask is None else attention_mask[:, -n:]
+        steps = [
+            super(_Stepwise, self).forward(
+                hidden_states[:, i : i + 1], cache=cache, attention_mask=None if mask is None else mask[:, i : i + 1]
+            )
+            for i in range(n)
+        ]
+        return torch.cat(steps, 1)
+
+
+@dataclass(frozen=True)
+class Jamba(Family):
+    def prepare(self, model):
+        for layer in model.model.layers:
+            mixer = self.linear_mixer(layer)
+            if mixer is not None and not isinstance(mixer, _Stepwise):
+                mixer.__class__ = type(f"Stepwise{type(mixer).__name__}", (_Stepwise, type(mixer)), {})
+
+    def toy_fields(self, layout, hidden_size, heads, d_state):
+        period = next(p for p in range(1, len(layout) + 1) if all(c == layout[i % p] for i, c in enumerate(layout)))
+        if layout[:period].count("A") != 1 or len(layout) % period:
+            raise ValueError(
+                f"toy layout {layout!r} for family jamba: it must repeat one period with one A (e.g. 'LLALLA')"
+            )
+        return dict(
+            attn_layer_period=period,
+            attn_layer_offset=layout.index("A"),
+            num_experts=2,
+            expert_layer_period=2,
+            expert_layer_offset=1,
+            mamba_d_state=d_state,
+            mamba_dt_rank=max(1, hidden_size // 16),
+        )
+
+
+FAMILY = Jamba("jamba", ("jamba",), "Mamba-1", "JambaConfig", linear="mamba", final_norm="final_layernorm")

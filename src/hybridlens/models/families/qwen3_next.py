@@ -1,0 +1,30 @@
+"""Qwen3-Next: Gated DeltaNet with fused q/k/v/z and b/a projections, gated attention, sparse MoE MLPs.
+
+HLA does not convert it: its Gated DeltaNet keeps the projections fused (`in_proj_qkvz`, `in_proj_ba`),
+where Qwen3.5's, which HLA reads, keeps them apart.
+"""
+
+from dataclasses import dataclass
+
+from hybridlens.models.families.base import Family, layer_types
+
+
+@dataclass(frozen=True)
+class Qwen3Next(Family):
+    def toy_fields(self, layout, hidden_size, heads, d_state):
+        head_dim = hidden_size // heads
+        return dict(
+            head_dim=head_dim,
+            layer_types=layer_types(layout, {"L": "linear_attention", "A": "full_attention"}),
+            linear_key_head_dim=head_dim,
+            linear_value_head_dim=head_dim,
+            linear_num_key_heads=max(1, heads // 2),
+            linear_num_value_heads=heads,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=hidden_size,
+            shared_expert_intermediate_size=hidden_size,
+        )
+
+
+FAMILY = Qwen3Next("qwen3_next", ("qwen3_next",), "Gated DeltaNet", "Qwen3NextConfig")

@@ -1,0 +1,180 @@
+"""The property suite: every registered family, as a tiny random-weight model saved and loaded through load_model,
+keeps the identities every experiment relies on. A new family adds one row to FAMILY_ROWS."""
+
+import pytest
+import torch
+
+from hybridlens.interventions.cache import CONDITIONS, cut, greedy, prefill
+from hybridlens.interventions.engine import Runner
+from hybridlens.interventions.patch import run
+from hybridlens.models.adapter import WRITE_SITES, load_model
+from hybridlens.models.families import FAMILIES, LETTERS, REGISTRY
+from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.retrieval import make_prompts
+
+# family -> (toy layout, hidden size, the groups that layout has)
+FAMILY_ROWS = {
+    "qwen3_5": ("LLALLA", 32, [[0, 1], [3, 4]]),
+    "qwen3_5_moe": ("LLALLA", 32, [[0, 1], [3, 4]]),
+    "qwen3_next": ("LLALLA", 32, [[0, 1], [3, 4]]),
+    "olmo_hybrid": ("LLALLA", 32, [[0, 1], [3, 4]]),
+    "kimi_linear": ("LLALLA", 32, [[0, 1], [3, 4]]),
+    "granitemoehybrid": ("LLALLA", 24, [[0, 1], [3, 4]]),
+    "bamba": ("LLALLA", 24, [[0, 1], [3, 4]]),
+    "nemotron_h": ("LFLAFLA", 32, [[0, 2], [5]]),  # MLP-only layers end no group
+    "zamba2": ("LLPLLP", 32, [[0, 1], [2], [3, 4], [5]]),
+    "falcon_h1": ("PPP", 32, [[0], [1], [2]]),
+    "jamba": ("LLALLA", 32, [[0, 1], [3, 4]]),
+    "lfm2": ("LLALLA", 32, [[0, 1], [3, 4]]),
+}
+
+
+def test_every_registered_family_has_a_row():
+    assert sorted(FAMILY_ROWS) == sorted(REGISTRY)
+
+
+@pytest.fixture(scope="module", params=list(FAMILY_ROWS))
+def fm(request, tmp_path_factory, tokenizer):
+    """(HybridModel, layout, groups) of one family, saved with save_pretrained and loaded through load_model."""
+    layout, hidden, groups = FAMILY_ROWS[request.param]
+    model = build_toy_model(request.param, len(tokenizer), hidden, layout, heads=2, seed=0)
+    fam = FAMILIES[request.param]
+    with torch.no_grad():  # the toys start some Mamba-2 branches silent; these tests need every mixer to write
+        for layer in fam.base_model(model).layers:
+            norm = getattr(fam.linear_mixer(layer), "norm", None)
+            if norm is not None and hasattr(norm, "weight"):
+                norm.weight.fill_(1.0)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    return load_model(path), layout, groups
+
+
+def test_the_saved_tokenizer_loads_as_it_was_saved(fm, tokenizer):
+    """AutoTokenizer would rebuild the toys' word-level tokenizer as the class some model types register."""
+    hm, _, _ = fm
+    text = make_prompts(0, 1, 3, "chat")[0].text
+    assert hm.tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert tokenizer.unk_token_id not in hm.tokenizer(text)["input_ids"]
+
+
+def _ids(hm, n=2, n_pairs=3, seed=0):
+    return hm.encode([p.text for p in make_prompts(seed, n, n_pairs, "chat")])[0]
+
+
+def test_kinds_and_groups_follow_the_config_layer_pattern(fm):
+    hm, layout, groups = fm
+    assert hm.kinds == [LETTERS[c] for c in layout] == hm.family.layer_kinds(hm.config)
+    assert hm.groups == groups
+
+
+@torch.no_grad()
+def test_patching_every_write_site_with_its_own_values_is_the_identity(fm):
+    hm, _, _ = fm
+    ids = _ids(hm)
+    plain = hm.model(ids).logits
+    sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in WRITE_SITES]
+    captured = run(hm, ids, capture=sites).captured
+    for site in sites:
+        patched = run(hm, ids, patch={site: (None, captured[site])}).logits
+        assert (patched - plain).abs().max().item() <= 1e-5, site
+    zero = torch.zeros(ids.shape[0], 1, hm.d_model)  # and a patch with other values reaches the logits
+    moved = run(hm, ids, patch={f"layers.{hm.linear_layers()[0]}.mixer_out": ([-1], zero)}).logits
+    assert (moved[:, -1] - plain[:, -1]).abs().max().item() > 1e-4
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("split", [1, 9, -1])
+def test_prefill_then_continue_equals_one_forward(fm, split):
+    hm, _, _ = fm
+    ids = _ids(hm)
+    t = split % ids.shape[1]
+    full = hm.model(ids).logits[:, -1]
+    _, cache = prefill(hm, ids[:, :t])
+    cont = hm.model(ids[:, t:], cache=cache, use_cache=True).logits[:, -1]
+    assert (cont - full).abs().max().item() <= 1e-4
+
+
+@torch.no_grad()
+def test_state_and_conv_read_write_round_trip(fm):
+    hm, _, _ = fm
+    ids = _ids(hm)
+    _, cache = prefill(hm, ids[:, :-1])
+    reference = hm.model(ids[:, -1:], cache=copy_of(cache), use_cache=True).logits[:, -1]
+    for layer in hm.linear_layers():
+        for name in hm.state_sites:
+            site = f"layers.{layer}.{name}"
+            saved = hm.read_cache(cache, site).clone()
+            hm.write_cache(cache, site, torch.zeros_like(saved))
+            assert hm.read_cache(cache, site).abs().max() == 0
+            zeroed = hm.model(ids[:, -1:], cache=copy_of(cache), use_cache=True).logits[:, -1]
+            assert (zeroed - reference).abs().max().item() > 1e-6, site  # the continuation reads it
+            hm.write_cache(cache, site, saved)
+            assert torch.equal(hm.read_cache(cache, site), saved)
+    restored = hm.model(ids[:, -1:], cache=copy_of(cache), use_cache=True).logits[:, -1]
+    assert torch.equal(restored, reference)
+    missing = {"state", "conv"} - set(hm.state_sites)
+    for name in missing:  # a site the family does not keep is refused in one line that names what it keeps
+        with pytest.raises(LookupError, match="keeps no"):
+            hm.read_cache(cache, f"layers.{hm.linear_layers()[0]}.{name}")
+
+
+def copy_of(cache):
+    import copy
+
+    return copy.deepcopy(cache)
+
+
+@torch.no_grad()
+def test_split_prefill_identities(fm):
+    hm, _, _ = fm
+    ids = _ids(hm)
+    context, question = ids[:, :-4], ids[:, -4:]
+    whole_tokens, whole_logits = greedy(hm, ids, 3)
+    _, cache = prefill(hm, context)
+    tokens, logits = greedy(hm, question, 3, cache=CONDITIONS["full"](hm, cache, None, None))
+    assert torch.equal(tokens, whole_tokens)
+    torch.testing.assert_close(logits, whole_logits, atol=1e-4, rtol=0)
+    empty = cut(hm, cut(hm, cache, "kv"), "state")  # both channels cut == a fresh forward at the same positions
+    tokens, logits = greedy(hm, question, 3, cache=empty, start=context.shape[1])
+    fresh_tokens, fresh_logits = greedy(hm, question, 3, start=context.shape[1])
+    assert torch.equal(tokens, fresh_tokens)
+    torch.testing.assert_close(logits, fresh_logits, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_head_ablation_equals_zeroing_that_heads_slice_of_the_output_projection(fm):
+    hm, _, _ = fm
+    prompts = make_prompts(0, 2, 3, "chat")
+    layer = hm.attention_layers()[-1]
+    proj, n_heads, dim = hm.head_mixer(layer)
+    head = n_heads - 1
+    ablated = Runner(hm, prompts, minimal=False).forward(heads_off={layer: [head]})[0]
+    intact = Runner(hm, prompts, minimal=False).forward()[0]
+    weight = proj.weight  # a new tensor on this layer's projection: Zamba2's hybrid layers share the parameter
+    try:
+        proj.weight = torch.nn.Parameter(weight.detach().clone())
+        proj.weight[:, head * dim : (head + 1) * dim] = 0
+        zeroed = Runner(hm, prompts, minimal=False).forward()[0]
+    finally:
+        proj.weight = weight
+    torch.testing.assert_close(ablated, zeroed, atol=1e-5, rtol=0)
+    assert (ablated - intact).abs().max().item() > 1e-5
+
+
+@torch.no_grad()
+def test_attention_weights_are_read_per_layer(fm):
+    """Every attention layer's weights come from that layer (Zamba2's hybrid layers share one block)."""
+    hm, _, _ = fm
+    prompts = make_prompts(0, 2, 3, "chat")
+    layers = hm.attention_layers()
+    attn = Runner(hm, prompts).forward(attention=layers)[1]
+    ids = Runner(hm, prompts).ids
+    with hm.attention_implementation("eager"):
+        reference = hm.model(ids, output_attentions=True).attentions
+    # transformers returns one attention tensor per attention layer, in layer order
+    reference = [a for a in reference if a is not None]
+    assert len(reference) == len(layers)
+    for layer, ref in zip(layers, reference, strict=True):
+        torch.testing.assert_close(attn[layer], ref[:, :, -1].float(), atol=1e-6, rtol=0)
