@@ -156,6 +156,9 @@ class Runner:
         with hm.attention_implementation("eager" if eager else "sdpa"), TraceDict(modules, options) as traces:
             out = hm.model(ids, **kwargs)
         attn = {layer: traces[f"attention.{layer}"].weights[:, :, -1].float() for layer in attention}
+        # A sliding-window layer continuing a cache sees only its window, the last keys: left-pad to every position
+        # with the zeros a full forward has there.
+        attn = {layer: torch.nn.functional.pad(w, (self.ids.shape[1] - w.shape[-1], 0)) for layer, w in attn.items()}
         captured = {}
         if capture:
             idx = self.index(capture_at) - origin

@@ -262,6 +262,8 @@ class HybridModel:
         site = self._check_channel(site)
         layer = cache.layers[site.layer]
         if site.name == "kv":
+            if hasattr(layer, "cumulative_length") and value[0].shape[-2] != layer.keys.shape[-2]:
+                layer.cumulative_length = value[0].shape[-2]  # a sliding-window layer sizes its mask by this count
             layer.keys, layer.values = value
         else:
             target = layer.recurrent_states[0] if site.name == "state" else layer.conv_states[0]

@@ -2,6 +2,7 @@
 
 Family          what the adapter core asks of a family (families/base.py)
 FAMILIES        name -> Family, in REGISTRY order
+REFUSED         model types with a recurrent or convolutional part that cannot be supported, and why
 family_of       a checkpoint's model_type -> its Family (UnsupportedModel for any other)
 check_family    the same, refusing a registry `family` that names another one
 family_table    the README's table of supported families, in markdown
@@ -23,20 +24,44 @@ REGISTRY = (
     "qwen3_5_moe",
     "qwen3_next",
     "olmo_hybrid",
+    "lara_mini",
     "kimi_linear",
+    "bailing_hybrid",
     "granitemoehybrid",
     "bamba",
     "nemotron_h",
     "zamba2",
     "falcon_h1",
     "jamba",
+    "zamba",
     "lfm2",
+    "lfm2_moe",
+    "lfm3",
 )
 FAMILIES: dict[str, Family] = {name: importlib.import_module(f"{__name__}.{name}").FAMILY for name in REGISTRY}
 __all__ = ["FAMILIES", "LETTERS", "Family", "UnsupportedModel", "check_family", "family_of", "family_table"]
 EXPERIMENTS = "extraction, circuit, scale, split-prefill, stitching"
 
 _CLASS_OF = {t: fam for fam in FAMILIES.values() for t in fam.model_types}
+
+# Model types transformers ships that mix a recurrent or convolutional part with attention, but that the
+# adapter's interface cannot reach, and what is missing.
+_INSIDE_ATTENTION = "its short convolutions sit inside softmax attention, so no layer has a linear mixer of its own"
+REFUSED = {
+    "recurrent_gemma": "its RG-LRU and conv states live on the modules, not in transformers' cache",
+    "minimax": "its lightning-attention state lives in a cache class of its own (MiniMaxCache.linear_cache)",
+    "glm5_next": "transformers has no causal-LM class for it (only Glm5NextForConditionalGeneration)",
+    "glm5_next_text": "transformers has no causal-LM class for it (only Glm5NextForConditionalGeneration)",
+    "qwen4_exp": "its residual stream is several streams side by side (hyper-connections), not one d_model wide, "
+    "and its layers keep memory beside the state and conv sites (n-gram embedding inputs, indexer keys)",
+    "zaya": _INSIDE_ATTENTION,
+    "inkling_text": _INSIDE_ATTENTION,
+    "inkling_mm_model": _INSIDE_ATTENTION,
+    "inkling2": _INSIDE_ATTENTION,
+    "inkling2_text": _INSIDE_ATTENTION,
+    "inkling2_loop": _INSIDE_ATTENTION + ", and its looped layers run several times per forward",
+}
+REFUSED["qwen4_exp_text"] = REFUSED["qwen4_exp"]
 
 
 class UnsupportedModel(UserError, ValueError):
@@ -46,6 +71,9 @@ class UnsupportedModel(UserError, ValueError):
 def family_of(model_type: str, source="") -> Family:
     if model_type in _CLASS_OF:
         return _CLASS_OF[model_type]
+    if model_type in REFUSED:
+        where = f"{source}: " if source else ""
+        raise UnsupportedModel(f"{where}hybridlens cannot analyse model_type {model_type!r}: {REFUSED[model_type]}")
     raise UnsupportedModel(
         f"{f'{source}: ' if source else ''}model_type {model_type!r} is not a hybrid family hybridlens knows "
         f"({', '.join(_CLASS_OF)}); add a module to hybridlens/models/families/ (docs/adding-a-family.md)"

@@ -63,7 +63,8 @@ class Family:
     def layer_kinds(self, config) -> list[str]:
         """The kind of each layer as the config's layer pattern says (the property suite checks the modules)."""
         kinds = {"linear_attention": "linear", "mamba": "linear", "conv": "linear", "full_attention": "attention"}
-        kinds |= {"attention": "attention", "hybrid": "parallel", "mlp": "mlp", "moe": "mlp"}
+        kinds |= {"attention": "attention", "sliding_attention": "attention", "hybrid": "parallel"}
+        kinds |= {"mlp": "mlp", "moe": "mlp"}
         return [kinds[t] for t in config.layer_types]
 
     # --- toys ------------------------------------------------------------------------------------
@@ -134,3 +135,31 @@ def silence_mamba_norm(family: Family, model) -> None:
         mixer = family.linear_mixer(layer)
         if mixer is not None:
             mixer.norm.weight.data.zero_()
+
+
+class _Stepwise:
+    """A Mamba-1 mixer (Jamba's, Zamba's) that continues a filled cache one token at a time."""
+
+    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        import torch
+
+        n = hidden_states.shape[1]
+        if cache is None or n == 1 or cache.get_recurrent_state(self.layer_idx, state_idx=0) is None:
+            return super().forward(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+        mask = None if attention_mask is None else attention_mask[:, -n:]
+        steps = [
+            super(_Stepwise, self).forward(
+                hidden_states[:, i : i + 1], cache=cache, attention_mask=None if mask is None else mask[:, i : i + 1]
+            )
+            for i in range(n)
+        ]
+        return torch.cat(steps, 1)
+
+
+def continue_stepwise(family: Family, model) -> None:
+    """Make every linear mixer continue a filled cache one token at a time, inside one call (so hooks on the
+    mixer still see the whole continuation), for mixers that drop the cached state otherwise."""
+    for layer in family.base_model(model).layers:
+        mixer = family.linear_mixer(layer)
+        if mixer is not None and not isinstance(mixer, _Stepwise):
+            mixer.__class__ = type(f"Stepwise{type(mixer).__name__}", (_Stepwise, type(mixer)), {})

@@ -11,35 +11,13 @@ so hooks on the mixer still see the whole continuation.
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family
-
-
-class _Stepwise:
-    """A Jamba Mamba-1 mixer that continues a filled cache one token at a time."""
-
-    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
-        import torch
-
-        n = hidden_states.shape[1]
-        if cache is None or n == 1 or cache.get_recurrent_state(self.layer_idx, state_idx=0) is None:
-            return super().forward(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
-        mask = None if attention_mask is None else attention_mask[:, -n:]
-        steps = [
-            super(_Stepwise, self).forward(
-                hidden_states[:, i : i + 1], cache=cache, attention_mask=None if mask is None else mask[:, i : i + 1]
-            )
-            for i in range(n)
-        ]
-        return torch.cat(steps, 1)
+from hybridlens.models.families.base import Family, continue_stepwise
 
 
 @dataclass(frozen=True)
 class Jamba(Family):
     def prepare(self, model):
-        for layer in model.model.layers:
-            mixer = self.linear_mixer(layer)
-            if mixer is not None and not isinstance(mixer, _Stepwise):
-                mixer.__class__ = type(f"Stepwise{type(mixer).__name__}", (_Stepwise, type(mixer)), {})
+        continue_stepwise(self, model)
 
     def toy_fields(self, layout, hidden_size, heads, d_state):
         period = next(p for p in range(1, len(layout) + 1) if all(c == layout[i % p] for i, c in enumerate(layout)))
