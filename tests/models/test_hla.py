@@ -1,17 +1,23 @@
 """HLA against its references: GDN (all gates 1), explicit chunk maps, full forward vs prefill + decode."""
 
+import re
+
 import pytest
 import torch
 
-from hybridlens.models.hla import HLAMixer, chunk_summaries, gated_delta_rule
+from hybridlens.models.families import FAMILIES
+from hybridlens.models.hla import HLAMixer, chunk_summaries, gated_delta_rule, to_hla
 from hybridlens.models.toy import build_toy_model
 
+HLA_FAMILIES = [name for name, fam in FAMILIES.items() if fam.hla]
 
-@pytest.fixture(scope="module")
-def gdn():
+
+@pytest.fixture(scope="module", params=HLA_FAMILIES)
+def gdn(request):
+    """The Gated DeltaNet of a toy of each family HLA converts."""
     torch.manual_seed(0)
-    model = build_toy_model("qwen3_5", 64, 32, "LA", heads=2, seed=0).double()
-    return model.model.layers[0].linear_attn
+    model = build_toy_model(request.param, 64, 32, "LA", heads=2, seed=0).double()
+    return FAMILIES[request.param].linear_mixer(FAMILIES[request.param].base_model(model).layers[0])
 
 
 def hidden(t=37, seed=1):
@@ -89,3 +95,12 @@ def test_fla_kernel_equals_plain_pytorch():
     fast = gated_delta_rule(*(x.cuda() for x in (q, k, v, g, beta, init)), use_fla=True)
     for a, b in zip(plain, fast, strict=True):
         torch.testing.assert_close(b.cpu(), a, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "granitemoehybrid"])
+def test_a_family_hla_does_not_convert_is_refused_in_one_line(family):
+    """Qwen3-Next's Gated DeltaNet keeps its projections fused; HLA reads Qwen3.5's separate ones."""
+    model = build_toy_model(family, 64, 16, "LA", heads=2)
+    hla = re.escape(str(HLA_FAMILIES))
+    with pytest.raises(ValueError, match=rf"HLA converts the Gated DeltaNet of the families {hla}, not {family}'s"):
+        to_hla(model)

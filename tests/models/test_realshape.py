@@ -92,6 +92,7 @@ def test_structure_is_kept_while_width_depth_vocabulary_and_experts_shrink():
         realshape_config(published("ibm-granite__granite-4.0-h-tiny"), hidden=64)
     nemotron = realshape_config(published("nvidia__Nemotron-H-8B-Base-8K"))  # no period shorter than its depth
     assert nemotron["hybrid_override_pattern"] == published("nvidia__Nemotron-H-8B-Base-8K")["hybrid_override_pattern"]
+    assert nemotron["chunk_size"] == 32  # its Mamba-2 chunk has its own name; the plain scan pads to it
 
 
 def test_qwen_checkpoint_keeps_the_wrapper_weight_names_experts_and_the_real_template(built):

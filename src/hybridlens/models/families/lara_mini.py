@@ -4,7 +4,8 @@ sliding-window layers with rotary embeddings and global layers with none (NoPE);
 Both are kind `attention` (a sliding window is still softmax attention over the keys it keeps). A sliding
 layer's cache keeps only the last `sliding_window - 1` keys and values. The toys alternate the two kinds,
 sliding first, with a window shorter than the test prompts, so the cache identities are checked past it. The published
-checkpoints fuse the DeltaNet's input projections into one `in_proj`; transformers splits it when loading.
+checkpoints fuse the DeltaNet's input projections into one `in_proj`; transformers splits it when loading
+into Qwen3.5's separate ones, so HLA converts it as it converts Qwen3.5's.
 """
 
 from dataclasses import dataclass
@@ -38,4 +39,4 @@ class LaraMini(Family):
         )
 
 
-FAMILY = LaraMini("lara_mini", ("lara_mini",), "Gated DeltaNet", "LaraMiniConfig")
+FAMILY = LaraMini("lara_mini", ("lara_mini",), "Gated DeltaNet", "LaraMiniConfig", hla=True)
