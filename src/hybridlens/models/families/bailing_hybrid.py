@@ -14,22 +14,9 @@ from dataclasses import dataclass
 
 from hybridlens.models.families.base import Family, layer_types
 
-_LINEAR = "BailingHybridDeltaAttention"
-
 
 @dataclass(frozen=True)
 class BailingHybrid(Family):
-    def linear_mixer(self, layer):
-        mixer = layer.self_attn
-        return mixer if type(mixer).__name__ == _LINEAR else None
-
-    def attention_module(self, layer):
-        mixer = layer.self_attn
-        return None if type(mixer).__name__ == _LINEAR else mixer
-
-    def head_mixer(self, attn):
-        return attn.o_proj, attn.num_heads, attn.v_head_dim
-
     def toy_fields(self, layout, hidden_size, heads, d_state):
         head_dim = hidden_size // heads
         return dict(
@@ -50,4 +37,12 @@ class BailingHybrid(Family):
         )
 
 
-FAMILY = BailingHybrid("bailing_hybrid", ("bailing_hybrid",), "Kimi Delta Attention", "BailingHybridConfig")
+FAMILY = BailingHybrid(
+    "bailing_hybrid",
+    ("bailing_hybrid",),
+    "Kimi Delta Attention",
+    "BailingHybridConfig",
+    linear="self_attn",
+    linear_class="BailingHybridDeltaAttention",
+    head_width="v_head_dim",
+)

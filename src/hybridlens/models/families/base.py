@@ -30,6 +30,8 @@ class Family:
     channels: tuple[str, ...] = ("state", "conv")  # the cache sites of one linear layer
     letters: str = "LA"  # toy layout letters it accepts (LETTERS)
     output_projection: str = "o_proj"  # attribute of attention that maps the heads, side by side, to the stream
+    head_width: str = "head_dim"  # attribute of attention: how wide one head is at that projection's input
+    linear_class: str | None = None  # where both mixers share one attribute: the linear one's class name
 
     # --- the model -------------------------------------------------------------------------------
     def base_model(self, model):
@@ -41,11 +43,13 @@ class Family:
 
     def linear_mixer(self, layer):
         """The layer's linear (recurrent, state-space or convolutional) mixer, or None."""
-        return getattr(layer, self.linear, None)
+        mixer = getattr(layer, self.linear, None)
+        return mixer if self.linear_class in (None, type(mixer).__name__) else None
 
     def attention_module(self, layer):
         """The layer's softmax attention, or None."""
-        return getattr(layer, self.attention, None)
+        mixer = getattr(layer, self.attention, None)
+        return None if self.linear_class is not None and type(mixer).__name__ == self.linear_class else mixer
 
     def ffn(self, layer):
         """The channel mixer of a layer that has no token mixer (kind `mlp`), or None."""
@@ -53,8 +57,8 @@ class Family:
 
     def head_mixer(self, attn):
         """(output projection, n_heads, head_dim): the projection's input holds the heads side by side."""
-        proj = getattr(attn, self.output_projection)
-        return proj, proj.in_features // attn.head_dim, attn.head_dim
+        proj, width = getattr(attn, self.output_projection), getattr(attn, self.head_width)
+        return proj, proj.in_features // width, width
 
     def logit_scale(self, config) -> float:
         """What the LM head's logits are multiplied by after the unembedding (the logit lens applies it too)."""
@@ -109,6 +113,18 @@ class Family:
 def layer_types(layout: str, names: dict) -> list[str]:
     """A config's layer_types list from a toy layout, given each letter's name in that config."""
     return [names[c] for c in layout]
+
+
+def gated_deltanet_fields(hidden_size: int, heads: int, key_heads: int | None = None) -> dict:
+    """The Gated DeltaNet and attention head sizes of a toy, in the field names the Qwen3.5 lineage shares."""
+    head_dim = hidden_size // heads
+    return dict(
+        head_dim=head_dim,
+        linear_key_head_dim=head_dim,
+        linear_value_head_dim=head_dim,
+        linear_num_key_heads=key_heads or max(1, heads // 2),
+        linear_num_value_heads=heads,
+    )
 
 
 def mamba2_fields(hidden_size: int, heads: int, d_state: int) -> dict:

@@ -11,17 +11,6 @@ from hybridlens.models.families.base import Family, layer_types
 
 @dataclass(frozen=True)
 class KimiLinear(Family):
-    def linear_mixer(self, layer):
-        mixer = layer.self_attn
-        return mixer if type(mixer).__name__ == "KimiLinearDeltaAttention" else None
-
-    def attention_module(self, layer):
-        mixer = layer.self_attn
-        return None if type(mixer).__name__ == "KimiLinearDeltaAttention" else mixer
-
-    def head_mixer(self, attn):
-        return attn.o_proj, attn.num_heads, attn.v_head_dim
-
     def toy_fields(self, layout, hidden_size, heads, d_state):
         head_dim = hidden_size // heads
         return dict(
@@ -40,4 +29,12 @@ class KimiLinear(Family):
         )
 
 
-FAMILY = KimiLinear("kimi_linear", ("kimi_linear",), "Kimi Delta Attention", "KimiLinearConfig")
+FAMILY = KimiLinear(
+    "kimi_linear",
+    ("kimi_linear",),
+    "Kimi Delta Attention",
+    "KimiLinearConfig",
+    linear="self_attn",
+    linear_class="KimiLinearDeltaAttention",
+    head_width="v_head_dim",
+)

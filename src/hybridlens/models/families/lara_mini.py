@@ -10,13 +10,12 @@ into Qwen3.5's separate ones, so HLA converts it as it converts Qwen3.5's.
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family
+from hybridlens.models.families.base import Family, gated_deltanet_fields
 
 
 @dataclass(frozen=True)
 class LaraMini(Family):
     def toy_fields(self, layout, hidden_size, heads, d_state):
-        head_dim = hidden_size // heads
         types, n_attention = [], 0
         for c in layout:
             if c == "A":
@@ -24,14 +23,9 @@ class LaraMini(Family):
                 n_attention += 1
             else:
                 types.append("linear_attention")
-        return dict(
-            head_dim=head_dim,
+        return gated_deltanet_fields(hidden_size, heads) | dict(
             layer_types=types,
             sliding_window=16,
-            linear_key_head_dim=head_dim,
-            linear_value_head_dim=head_dim,
-            linear_num_key_heads=max(1, heads // 2),
-            linear_num_value_heads=heads,
             num_experts=4,
             num_experts_per_tok=2,
             moe_intermediate_size=hidden_size,

@@ -5,7 +5,7 @@ The published checkpoints are vision-language models: the text stack sits at `mo
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family, layer_types
+from hybridlens.models.families.base import Family, gated_deltanet_fields, layer_types
 
 
 @dataclass(frozen=True)
@@ -14,15 +14,8 @@ class Qwen35(Family):
         return getattr(model.model, "language_model", model.model)
 
     def toy_fields(self, layout, hidden_size, heads, d_state):
-        head_dim = hidden_size // heads
-        return dict(
-            head_dim=head_dim,
-            layer_types=layer_types(layout, {"L": "linear_attention", "A": "full_attention"}),
-            linear_key_head_dim=head_dim,
-            linear_value_head_dim=head_dim,
-            linear_num_key_heads=max(1, heads // 2),
-            linear_num_value_heads=heads,
-        )
+        types = layer_types(layout, {"L": "linear_attention", "A": "full_attention"})
+        return gated_deltanet_fields(hidden_size, heads) | {"layer_types": types}
 
     def toy_forward_kwargs(self, model):
         """transformers' plain-PyTorch Gated DeltaNet pads every sequence to 64-token chunks; the toys'

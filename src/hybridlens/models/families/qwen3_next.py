@@ -6,20 +6,14 @@ where Qwen3.5's, which HLA reads, keeps them apart.
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family, layer_types
+from hybridlens.models.families.base import Family, gated_deltanet_fields, layer_types
 
 
 @dataclass(frozen=True)
 class Qwen3Next(Family):
     def toy_fields(self, layout, hidden_size, heads, d_state):
-        head_dim = hidden_size // heads
-        return dict(
-            head_dim=head_dim,
+        return gated_deltanet_fields(hidden_size, heads) | dict(
             layer_types=layer_types(layout, {"L": "linear_attention", "A": "full_attention"}),
-            linear_key_head_dim=head_dim,
-            linear_value_head_dim=head_dim,
-            linear_num_key_heads=max(1, heads // 2),
-            linear_num_value_heads=heads,
             num_experts=4,
             num_experts_per_tok=2,
             moe_intermediate_size=hidden_size,
