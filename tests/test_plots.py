@@ -28,3 +28,15 @@ def test_a_model_keeps_its_colour_whichever_models_a_figure_shows(tmp_path, monk
     colours = [[line.get_color() for line in fig.axes[0].lines] for fig in drawn]
     assert colours == [[PALETTE[1], PALETTE[2]], [PALETTE[2]]]
     assert model_color("unlisted") == PALETTE[3]  # a model outside the registry gets the next colour
+
+
+def test_model_panels_wrap_many_models_into_rows_of_six_and_keep_few_in_one_row():
+    from hybridlens.plots import model_panels
+
+    fig, panels = model_panels(3, rows=2)
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in fig.axes] == [(2, 3)] * 6
+    fig, panels = model_panels(8, rows=2)
+    assert len(panels) == 8 and all(len(p) == 2 for p in panels)
+    assert panels[6][0].get_subplotspec().rowspan.start == 2 and panels[7][1].get_subplotspec().rowspan.start == 3
+    assert panels[7][1].get_subplotspec().colspan.start == 1
+    assert sum(not ax.get_visible() for ax in fig.axes) == 2 * (12 - 8)  # the unused panels of the last block

@@ -8,6 +8,7 @@ use_models  fix the model order colours follow (the plotting scripts pass the re
 model_color, CONDITION_COLORS, PROPERTY_COLORS
 interval    95 % interval bars, drawn the same way in every figure
 weak_note   the caption of a rate too low for its effects to mean anything
+model_panels  a figure with one column of panels per model, wrapped into rows of at most six models
 """
 
 import matplotlib
@@ -88,3 +89,20 @@ def interval(ax, x, y, lo, hi, horizontal=False, **kwargs):
 def weak_note(rate: float, what: str = "intact accuracy") -> str:
     """'(intact accuracy 0.00: not meaningful)' for a rate below WEAK, else ''."""
     return f"({what} {rate:.2f}: not meaningful)" if rate < WEAK else ""
+
+
+def model_panels(n_models: int, rows: int = 1, width: float = 4.0, height: float = 3.3, max_cols: int = 6, **kw):
+    """(figure, panels) where panels[model][row] is that model's row-th panel; models run left to right in
+    blocks of at most `max_cols`, so a registry of every family still gives a figure one can read."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    cols = min(n_models, max_cols)
+    blocks = math.ceil(n_models / cols)
+    fig, grid = plt.subplots(rows * blocks, cols, figsize=(width * cols, height * rows * blocks), squeeze=False, **kw)
+    panels = [[grid[(i // cols) * rows + r][i % cols] for r in range(rows)] for i in range(n_models)]
+    for i in range(n_models, blocks * cols):
+        for r in range(rows):
+            grid[(i // cols) * rows + r][i % cols].set_visible(False)
+    return fig, panels

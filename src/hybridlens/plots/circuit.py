@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from hybridlens.plots import CONDITION_COLORS, WEAK, interval, weak_note
+from hybridlens.plots import CONDITION_COLORS, WEAK, interval, model_panels, weak_note
 
 # Conditions in reading order: the Address block's transplants, then the controls.
 CONDITIONS = [
@@ -31,10 +31,10 @@ def label(kind, block, donor, positions):
 
 def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFrame, path):
     models = list(circuits)
-    fig, axes = plt.subplots(2, len(models), figsize=(4.0 * len(models), 6.6), squeeze=False)
+    fig, panels = model_panels(len(models), rows=2, width=4.0, height=3.3)
     for col, model in enumerate(models):
         c = circuits[model]
-        ax = axes[0][col]
+        ax = panels[col][0]
         a = ablation[ablation["model"] == model]
         groups = list(dict.fromkeys(a["layers"].astype(str)))
         x = np.arange(len(groups))
@@ -53,7 +53,7 @@ def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFram
             title += "\n" + weak_note(c["intact"]["accuracy"])
         ax.set_title(title)
         ax.set_ylabel("retrieval accuracy")
-        ax = axes[1][col]
+        ax = panels[col][1]
         t = transplant[transplant["model"] == model].set_index(["kind", "block", "donor", "positions"])
         conds = [k for k in CONDITIONS if k in t.index]
         if conds:
@@ -71,7 +71,7 @@ def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFram
             ax.invert_yaxis()
         ax.set_xlim(0, 1.05)
         ax.set_xlabel("redirect rate (host answers the donor's key)")
-    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    panels[min(len(models), 6) - 1][0].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle("Encode–Address circuit: ablation (top), transplants and controls (bottom); 95 % bootstrap")
     fig.tight_layout()
     fig.savefig(path)

@@ -7,7 +7,7 @@ plot_logit_lens  one panel per model: residual norm and answer rank by layer, at
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from hybridlens.plots import PALETTE, WEAK, weak_note
+from hybridlens.plots import PALETTE, WEAK, model_panels, weak_note
 from hybridlens.stats import wilson
 
 
@@ -37,8 +37,8 @@ def lens_summary(frames: dict) -> pd.DataFrame:
 
 def plot_logit_lens(summary: pd.DataFrame, path):
     models = list(dict.fromkeys(summary["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.2), squeeze=False)
-    for ax, model in zip(axes[0], models, strict=True):
+    fig, panels = model_panels(len(models), width=3.6, height=3.2)
+    for (ax,), model in zip(panels, models, strict=True):
         d = summary[summary["model"] == model]
         for _, r in d[d["kind"].isin(["attention", "parallel"])].iterrows():
             ax.axvspan(r["layer"] - 0.4, r["layer"] + 0.4, color=PALETTE[1], alpha=0.15, lw=0)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from hybridlens.plots import PROPERTY_COLORS, WEAK, interval, weak_note
+from hybridlens.plots import PROPERTY_COLORS, WEAK, interval, model_panels, weak_note
 
 PROPERTIES = ("retrieval", "language", "persona")
 
@@ -17,9 +17,9 @@ PROPERTIES = ("retrieval", "language", "persona")
 def plot_retention(table: pd.DataFrame, path):
     models = list(dict.fromkeys(table["model"]))
     conditions = [c for c in dict.fromkeys(table["condition"]) if c != "full"]
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True)
+    fig, panels = model_panels(len(models), width=4.2, height=3.4, sharey=True)
     width = 0.8 / len(PROPERTIES)
-    for ax, model in zip(axes[0], models, strict=True):
+    for (ax,), model in zip(panels, models, strict=True):
         t = table[table["model"] == model].set_index(["condition", "property"])
         x = np.arange(len(conditions))
         full = t.xs("full", level="condition")["metric"]
@@ -38,8 +38,8 @@ def plot_retention(table: pd.DataFrame, path):
         ax.set_xticks(x, [c.replace("_", "\n") for c in conditions])
         ax.axhline(1, color="grey", lw=0.6, ls="--")
         ax.set_ylim(0, 1.3)
-    axes[0][0].set_ylabel("retention (metric / full cache)")
-    axes[0][0].legend(loc="upper left", ncol=3)
+    panels[0][0].set_ylabel("retention (metric / full cache)")
+    panels[0][0].legend(loc="upper left", ncol=3)
     fig.suptitle(f"What survives in each memory channel (95 % bootstrap intervals; hatched: full-cache rate < {WEAK})")
     fig.tight_layout()
     fig.savefig(path)
@@ -51,14 +51,14 @@ def plot_state_swap(table: pd.DataFrame, path):
     styles = ("language", "persona")
     sources = ["A", "B", "other"]
     contents = ["A", "B", "A_dict", "B_dict", "other"]
-    fig, axes = plt.subplots(len(styles), len(models), figsize=(3.2 * len(models), 6.4), squeeze=False)
+    fig, panels = model_panels(len(models), rows=len(styles), width=3.2, height=3.2)
     for col, model in enumerate(models):
         for row, style in enumerate(styles):
             t = table[(table["model"] == model) & (table["style"] == style)]
             m = t.pivot(index="content_source", columns="style_source", values="fraction").reindex(contents)[sources]
             m.index = ["A (KV)", "B (state)", "A, other key", "B, other key", "neither"]
             m.columns = ["A (KV)", "B (state)", "other"]
-            ax = axes[row][col]
+            ax = panels[col][row]
             sns.heatmap(m.astype(float), vmin=0, vmax=1, cmap="Blues", annot=True, fmt=".2f", cbar=False, ax=ax)
             ax.set_xlabel(f"{style} from")
             ax.set_ylabel("content (value) from")
