@@ -39,7 +39,8 @@ class Family:
         return model.model
 
     def prepare(self, model) -> None:
-        """Called once when the adapter wraps a model, before it looks at any layer."""
+        """Called whenever the adapter wraps a model, before it looks at any layer; a model may be wrapped
+        more than once (the zoo's validator, then the experiment), so it must be idempotent."""
 
     def linear_mixer(self, layer):
         """The layer's linear (recurrent, state-space or convolutional) mixer, or None."""
