@@ -62,6 +62,10 @@ REFUSED = {
     "inkling2_loop": _INSIDE_ATTENTION + ", and its looped layers run several times per forward",
 }
 REFUSED["qwen4_exp_text"] = REFUSED["qwen4_exp"]
+REFUSED["inkling2_loop_text"] = REFUSED["inkling2_loop"]
+# Vision-language wrappers of a supported family that transformers has no causal-LM class for.
+for _wrapper, _text in (("lfm2_vl", "lfm2"), ("lfm3_vl", "lfm3"), ("nemotron_h_omni", "nemotron_h")):
+    REFUSED[_wrapper] = f"transformers has no causal-LM class for this wrapper; use a text-only {_text} checkpoint"
 
 
 class UnsupportedModel(UserError, ValueError):
