@@ -16,20 +16,16 @@ by token inside one call, as Jamba's module does, so hooks on the mixer still se
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family, continue_stepwise, layer_types
+from hybridlens.models.families.base import continue_stepwise, layer_types
+from hybridlens.models.families.zamba2 import Zamba2
 
 
 @dataclass(frozen=True)
-class Zamba(Family):
+class Zamba(Zamba2):
+    """Zamba2's layer structure; its blocks are already the layers' own, so only the continuation needs fixing."""
+
     def prepare(self, model):
         continue_stepwise(self, model)
-
-    def linear_mixer(self, layer):
-        return getattr(getattr(layer, "mamba_decoder", layer), "mamba", None)
-
-    def attention_module(self, layer):
-        shared = getattr(layer, "shared_transf", None)
-        return None if shared is None else shared.self_attn
 
     def toy_fields(self, layout, hidden_size, heads, d_state):
         return dict(
@@ -40,4 +36,12 @@ class Zamba(Family):
         )
 
 
-FAMILY = Zamba("zamba", ("zamba",), "Mamba-1", "ZambaConfig", final_norm="final_layernorm", letters="LP")
+FAMILY = Zamba(
+    "zamba",
+    ("zamba",),
+    "Mamba-1",
+    "ZambaConfig",
+    attention="shared_transf",
+    final_norm="final_layernorm",
+    letters="LP",
+)

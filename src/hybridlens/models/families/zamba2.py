@@ -30,18 +30,18 @@ class Zamba2(Family):
     def prepare(self, model):
         seen = set()
         for layer in model.model.layers:
-            shared = getattr(layer, "shared_transformer", None)
+            shared = getattr(layer, self.attention, None)
             if shared is not None:
                 if id(shared) in seen:  # keep the first user's object, give every later one its own
-                    layer.shared_transformer = _own_view(shared)
-                seen.add(id(layer.shared_transformer))
+                    setattr(layer, self.attention, _own_view(shared))
+                seen.add(id(getattr(layer, self.attention)))
 
     def linear_mixer(self, layer):
         return getattr(getattr(layer, "mamba_decoder", layer), "mamba", None)
 
     def attention_module(self, layer):
-        shared = getattr(layer, "shared_transformer", None)
-        return None if shared is None else shared.self_attn
+        block = getattr(layer, self.attention, None)  # the attention block a hybrid layer runs first
+        return None if block is None else block.self_attn
 
     def toy_fields(self, layout, hidden_size, heads, d_state):
         fields = mamba2_fields(hidden_size, heads, d_state)
@@ -54,4 +54,12 @@ class Zamba2(Family):
         )
 
 
-FAMILY = Zamba2("zamba2", ("zamba2",), "Mamba-2", "Zamba2Config", final_norm="final_layernorm", letters="LP")
+FAMILY = Zamba2(
+    "zamba2",
+    ("zamba2",),
+    "Mamba-2",
+    "Zamba2Config",
+    attention="shared_transformer",
+    final_norm="final_layernorm",
+    letters="LP",
+)
