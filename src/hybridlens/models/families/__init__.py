@@ -42,7 +42,7 @@ FAMILIES: dict[str, Family] = {name: importlib.import_module(f"{__name__}.{name}
 __all__ = ["FAMILIES", "LETTERS", "Family", "UnsupportedModel", "check_family", "family_of", "family_table"]
 EXPERIMENTS = "extraction, circuit, scale, split-prefill, stitching"
 
-_CLASS_OF = {t: fam for fam in FAMILIES.values() for t in fam.model_types}
+_BY_MODEL_TYPE = {t: fam for fam in FAMILIES.values() for t in fam.model_types}
 
 # Model types transformers ships that mix a recurrent or convolutional part with attention, but that the
 # adapter's interface cannot reach, and what is missing.
@@ -51,7 +51,6 @@ REFUSED = {
     "recurrent_gemma": "its RG-LRU and conv states live on the modules, not in transformers' cache",
     "minimax": "its lightning-attention state lives in a cache class of its own (MiniMaxCache.linear_cache)",
     "glm5_next": "transformers has no causal-LM class for it (only Glm5NextForConditionalGeneration)",
-    "glm5_next_text": "transformers has no causal-LM class for it (only Glm5NextForConditionalGeneration)",
     "qwen4_exp": "its residual stream is several streams side by side (hyper-connections), not one d_model wide, "
     "and its layers keep memory beside the state and conv sites (n-gram embedding inputs, indexer keys)",
     "zaya": _INSIDE_ATTENTION,
@@ -61,8 +60,8 @@ REFUSED = {
     "inkling2_text": _INSIDE_ATTENTION,
     "inkling2_loop": _INSIDE_ATTENTION + ", and its looped layers run several times per forward",
 }
-REFUSED["qwen4_exp_text"] = REFUSED["qwen4_exp"]
-REFUSED["inkling2_loop_text"] = REFUSED["inkling2_loop"]
+for _text_type in ("glm5_next", "qwen4_exp", "inkling2_loop"):  # the text model of a refused wrapper
+    REFUSED[f"{_text_type}_text"] = REFUSED[_text_type]
 # Vision-language wrappers of a supported family that transformers has no causal-LM class for.
 for _wrapper, _text in (("lfm2_vl", "lfm2"), ("lfm3_vl", "lfm3"), ("nemotron_h_omni", "nemotron_h")):
     REFUSED[_wrapper] = f"transformers has no causal-LM class for this wrapper; use a text-only {_text} checkpoint"
@@ -73,14 +72,14 @@ class UnsupportedModel(UserError, ValueError):
 
 
 def family_of(model_type: str, source="") -> Family:
-    if model_type in _CLASS_OF:
-        return _CLASS_OF[model_type]
+    if model_type in _BY_MODEL_TYPE:
+        return _BY_MODEL_TYPE[model_type]
     if model_type in REFUSED:
         where = f"{source}: " if source else ""
         raise UnsupportedModel(f"{where}hybridlens cannot analyse model_type {model_type!r}: {REFUSED[model_type]}")
     raise UnsupportedModel(
         f"{f'{source}: ' if source else ''}model_type {model_type!r} is not a hybrid family hybridlens knows "
-        f"({', '.join(_CLASS_OF)}); add a module to hybridlens/models/families/ (docs/adding-a-family.md)"
+        f"({', '.join(_BY_MODEL_TYPE)}); add a module to hybridlens/models/families/ (docs/adding-a-family.md)"
     )
 
 
