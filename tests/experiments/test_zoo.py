@@ -14,7 +14,8 @@ from hybridlens.experiments.zoo import (
     train_toy,
     training_batch,
 )
-from hybridlens.models.adapter import HybridModel, load_model
+from hybridlens.interventions.cache import prefill
+from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
@@ -212,3 +213,32 @@ def test_shorter_training_chunks_leave_the_logits_unchanged(tokenizer, make_audi
         expected = reference(ids).logits
         assert torch.allclose(model(ids, **fast).logits, expected, atol=1e-4)
         assert expected.std() > 0.1
+
+
+@pytest.mark.parametrize(
+    "family, layout, shape", [("qwen3_5", "LA", (1, 2, 4, 8)), ("granitemoehybrid", "LA", (1, 2, 16, 4))]
+)
+def test_a_toy_spec_sets_the_size_of_the_linear_heads_state(tmp_path, family, layout, shape):
+    """state_size is Gated DeltaNet's key head width and Mamba's state size: the cache's state holds that many keys."""
+    spec = {"hidden_size": 16, "layout": layout, "heads": 2, "state_size": 4, "steps": 1}
+    train_and_save(family, spec, ZOO, tmp_path, False)
+    hm = load_model(tmp_path)
+    ids = torch.tensor([hm.tokenizer.convert_tokens_to_ids(make_prompts(0, 1, 2)[0].text.split())])
+    _, cache = prefill(hm, ids)
+    assert tuple(hm.read_cache(cache, Site(0, "state")).shape) == shape
+
+
+def test_toys_with_a_shared_embedding_embed_unseen_tokens_as_linear_images_of_each_other(tmp_path):
+    shared = {"layout": "LA", "heads": 2, "steps": 3, "embedding": {"seed": 5, "dim": 12}}
+    train_and_save("qwen3_5", {"hidden_size": 16, **shared}, ZOO, tmp_path / "q", False)
+    train_and_save("granitemoehybrid", {"hidden_size": 24, **shared}, ZOO, tmp_path / "g", False)
+    q, g = (load_model(tmp_path / n).model.get_input_embeddings().weight.detach() for n in "qg")
+    fit, held = slice(0, len(q) // 2), slice(len(q) // 2, None)
+    proj = torch.linalg.lstsq(q[fit], g[fit]).solution
+    assert torch.allclose(q[held] @ proj, g[held], atol=1e-6)  # frozen through training, and one geometry
+    train_and_save("qwen3_5", {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3}, ZOO, tmp_path / "a", 0)
+    a = load_model(tmp_path / "a").model.get_input_embeddings().weight.detach()
+    proj = torch.linalg.lstsq(a[fit], g[fit]).solution
+    assert not torch.allclose(a[held] @ proj, g[held], atol=1e-3)
+    with pytest.raises(ValueError, match="shared embedding width 20 exceeds the toy's hidden_size 16"):
+        train_and_save("qwen3_5", {**shared, "hidden_size": 16, "embedding": {"seed": 5, "dim": 20}}, ZOO, tmp_path, 0)

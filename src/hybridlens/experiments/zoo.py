@@ -17,7 +17,7 @@ from hybridlens.errors import UserError
 from hybridlens.interventions.cache import greedy
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.families import family_of
-from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
 from hybridlens.tasks.vocab import VALUES, language_forms
@@ -233,8 +233,16 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     """
     tokenizer = build_tokenizer(zoo["n_languages"])
     model = build_toy_model(
-        family, len(tokenizer), toy["hidden_size"], toy["layout"], toy.get("heads", 4), toy.get("seed", 0)
+        family,
+        len(tokenizer),
+        toy["hidden_size"],
+        toy["layout"],
+        toy.get("heads", 4),
+        toy.get("seed", 0),
+        toy.get("state_size"),
     )
+    if "embedding" in toy:
+        share_embedding(model, **toy["embedding"])
     curve = train_toy(
         model,
         tokenizer,

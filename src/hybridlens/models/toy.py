@@ -32,13 +32,16 @@ def build_tokenizer(n_languages: int = 2):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
 
 
-def build_toy_model(family: str, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, seed: int = 0):
-    """A fresh model of `family`'s real CausalLM class with the given toy dimensions."""
+def build_toy_model(
+    family: str, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, seed: int = 0, state_size=None
+):
+    """A fresh model of `family`'s real CausalLM class with the given toy dimensions; `state_size` is the
+    linear heads' key width (Family.toy_config's d_state), None = the family's default."""
     from transformers import AutoModelForCausalLM
 
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; use one of {sorted(FAMILIES)}")
-    config = FAMILIES[family].toy_config(vocab_size, hidden_size, layout, heads)
+    config = FAMILIES[family].toy_config(vocab_size, hidden_size, layout, heads, state_size)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
     init_time_steps(model, seed)
@@ -75,3 +78,22 @@ def init_time_steps(model, seed: int = 0, dt_min: float = 1e-3, dt_max: float = 
             log_dt = torch.rand(param.shape, generator=gen) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
             dt = torch.exp(log_dt)
             param.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+
+
+@torch.no_grad()
+def share_embedding(model, seed: int, dim: int):
+    """Freeze the token embedding to rows of one seeded random [vocab, dim] matrix, written into the model's
+    width through a fixed orthonormal map of its own.
+
+    Toys built with the same (seed, dim) then embed every token, held-out keys included, as exact linear
+    images of each other, which toys trained apart never do; stitching maps fitted on some keys can carry
+    the others. Row norms match transformers' N(0, 0.02) init. Tied toys freeze their unembedding with it.
+    """
+    weight = model.get_input_embeddings().weight
+    vocab, hidden = weight.shape
+    if dim > hidden:
+        raise ValueError(f"shared embedding width {dim} exceeds the toy's hidden_size {hidden}; use dim <= {hidden}")
+    shared = torch.randn(vocab, dim, generator=torch.Generator().manual_seed(seed)) * 0.02 * math.sqrt(hidden / dim)
+    own = torch.linalg.qr(torch.randn(hidden, dim, generator=torch.Generator().manual_seed(seed + hidden)))[0]
+    weight.copy_(shared @ own.T)
+    weight.requires_grad_(False)

@@ -73,11 +73,13 @@ class Family:
         return [kinds[t] for t in config.layer_types]
 
     # --- toys ------------------------------------------------------------------------------------
-    def toy_config(self, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, d_state: int = 16):
+    def toy_config(self, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, d_state: int | None = None):
         """A small config of this family's real transformers class.
 
         layout: one letter per layer, L = linear, A = attention, P = parallel (both in one layer), F = a layer
         with only an MLP; each family accepts the letters its architecture has.
+        d_state: how many keys a linear head's state is indexed by (Mamba's state size, Gated DeltaNet's key
+        head width); None = the family's toy default.
         """
         if not layout or set(layout) - set(self.letters):
             raise ValueError(f"toy layout {layout!r} for family {self.name}: use only the letters {self.letters!r}")
@@ -116,24 +118,27 @@ def layer_types(layout: str, names: dict) -> list[str]:
     return [names[c] for c in layout]
 
 
-def gated_deltanet_fields(hidden_size: int, heads: int, key_heads: int | None = None) -> dict:
+def gated_deltanet_fields(hidden_size: int, heads: int, key_heads: int | None = None, d_state=None) -> dict:
     """The Gated DeltaNet and attention head sizes of a toy, in the field names the Qwen3.5 lineage shares."""
     head_dim = hidden_size // heads
     return dict(
         head_dim=head_dim,
-        linear_key_head_dim=head_dim,
+        linear_key_head_dim=d_state or head_dim,
         linear_value_head_dim=head_dim,
         linear_num_key_heads=key_heads or max(1, heads // 2),
         linear_num_value_heads=heads,
     )
 
 
-def mamba2_fields(hidden_size: int, heads: int, d_state: int) -> dict:
+MAMBA_D_STATE = 16  # the toys' Mamba state size unless a toy spec sets state_size
+
+
+def mamba2_fields(hidden_size: int, heads: int, d_state: int | None) -> dict:
     """The Mamba-2 sizes of a toy, in the field names Granite, Bamba and Falcon-H1 share."""
     return dict(
         mamba_n_heads=heads,
         mamba_d_head=2 * hidden_size // heads,
-        mamba_d_state=d_state,
+        mamba_d_state=d_state or MAMBA_D_STATE,
         # The plain-PyTorch Mamba-2 scan pads each sequence to whole chunks; the toys' 20-90-token
         # prompts waste less at 32 (measured: a Falcon-H1 toy's training step 0.29 -> 0.18 s at 96 tokens).
         mamba_chunk_size=32,

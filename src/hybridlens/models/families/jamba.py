@@ -11,7 +11,7 @@ so hooks on the mixer still see the whole continuation.
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family, continue_stepwise
+from hybridlens.models.families.base import MAMBA_D_STATE, Family, continue_stepwise
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Jamba(Family):
             num_experts=2,
             expert_layer_period=2,
             expert_layer_offset=1,
-            mamba_d_state=d_state,
+            mamba_d_state=d_state or MAMBA_D_STATE,
             mamba_dt_rank=max(1, hidden_size // 16),
         )
 

@@ -23,7 +23,7 @@ class LaraMini(Family):
                 n_attention += 1
             else:
                 types.append("linear_attention")
-        return gated_deltanet_fields(hidden_size, heads) | dict(
+        return gated_deltanet_fields(hidden_size, heads, d_state=d_state) | dict(
             layer_types=types,
             sliding_window=16,
             num_experts=4,

@@ -7,7 +7,7 @@ group) and its `mixer_out` is that MLP's output. The final norm is `norm_f`, the
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family, layer_types, silence_mamba_norm
+from hybridlens.models.families.base import MAMBA_D_STATE, Family, layer_types, silence_mamba_norm
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class NemotronH(Family):
             head_dim=hidden_size // heads,
             mamba_num_heads=heads,
             mamba_head_dim=2 * hidden_size // heads,
-            ssm_state_size=d_state,
+            ssm_state_size=d_state or MAMBA_D_STATE,
             n_groups=1,
             chunk_size=32,  # as mamba2_fields: less padding in the plain-PyTorch scan
         )

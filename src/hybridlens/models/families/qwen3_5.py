@@ -15,7 +15,7 @@ class Qwen35(Family):
 
     def toy_fields(self, layout, hidden_size, heads, d_state):
         types = layer_types(layout, {"L": "linear_attention", "A": "full_attention"})
-        return gated_deltanet_fields(hidden_size, heads) | {"layer_types": types}
+        return gated_deltanet_fields(hidden_size, heads, d_state=d_state) | {"layer_types": types}
 
     def toy_forward_kwargs(self, model):
         """transformers' plain-PyTorch Gated DeltaNet pads every sequence to 64-token chunks; the toys'

@@ -12,7 +12,7 @@ from hybridlens.models.families.base import Family, gated_deltanet_fields, layer
 @dataclass(frozen=True)
 class Qwen3Next(Family):
     def toy_fields(self, layout, hidden_size, heads, d_state):
-        return gated_deltanet_fields(hidden_size, heads) | dict(
+        return gated_deltanet_fields(hidden_size, heads, d_state=d_state) | dict(
             layer_types=layer_types(layout, {"L": "linear_attention", "A": "full_attention"}),
             num_experts=4,
             num_experts_per_tok=2,

@@ -16,7 +16,7 @@ by token inside one call, as Jamba's module does, so hooks on the mixer still se
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import continue_stepwise, layer_types
+from hybridlens.models.families.base import MAMBA_D_STATE, continue_stepwise, layer_types
 from hybridlens.models.families.zamba2 import Zamba2
 
 
@@ -32,7 +32,7 @@ class Zamba(Zamba2):
             layers_block_type=layer_types(layout, {"L": "linear_attention", "P": "hybrid"}),
             num_key_value_heads=heads,
             n_mamba_heads=heads,
-            mamba_d_state=d_state,
+            mamba_d_state=d_state or MAMBA_D_STATE,
         )
 
 

@@ -9,7 +9,7 @@ token embeddings, so its heads are `2 * hidden / heads` wide.
 
 from dataclasses import dataclass
 
-from hybridlens.models.families.base import Family, layer_types, mamba2_fields
+from hybridlens.models.families.base import MAMBA_D_STATE, Family, layer_types, mamba2_fields
 
 
 def _own_view(module):
@@ -49,7 +49,7 @@ class Zamba2(Family):
             layers_block_type=layer_types(layout, {"L": "mamba", "P": "hybrid"}),
             num_key_value_heads=heads,
             n_mamba_heads=heads,
-            mamba_d_state=d_state,
+            mamba_d_state=d_state or MAMBA_D_STATE,
             chunk_size=fields["mamba_chunk_size"],
         )
 
