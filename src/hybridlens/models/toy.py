@@ -87,13 +87,14 @@ def share_embedding(model, seed: int, dim: int):
 
     Toys built with the same (seed, dim) then embed every token, held-out keys included, as exact linear
     images of each other, which toys trained apart never do; stitching maps fitted on some keys can carry
-    the others. Row norms match transformers' N(0, 0.02) init. Tied toys freeze their unembedding with it.
+    the others. Rows have unit norm: tied toys freeze their unembedding with it, and at transformers'
+    N(0, 0.02) scale its logits stayed too flat to learn from (a Granite toy sat on 2 pairs for 4500 steps).
     """
     weight = model.get_input_embeddings().weight
     vocab, hidden = weight.shape
     if dim > hidden:
         raise ValueError(f"shared embedding width {dim} exceeds the toy's hidden_size {hidden}; use dim <= {hidden}")
-    shared = torch.randn(vocab, dim, generator=torch.Generator().manual_seed(seed)) * 0.02 * math.sqrt(hidden / dim)
+    shared = torch.randn(vocab, dim, generator=torch.Generator().manual_seed(seed)) / math.sqrt(dim)
     own = torch.linalg.qr(torch.randn(hidden, dim, generator=torch.Generator().manual_seed(seed + hidden)))[0]
     weight.copy_(shared @ own.T)
     weight.requires_grad_(False)
