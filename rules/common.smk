@@ -439,6 +439,7 @@ def summary_tables(wildcards=None):
         "scale": config["scale"]["models"] and "results/scale/sizes.tsv",
         "stitch": [f"results/stitch/{pair}/summary.tsv" for pair in stitch_pairs()],
         "hla_length": config["hla"]["modes"] and "results/tables/hla_length.tsv",
+        "hla_gates": config["hla"]["modes"] and "results/tables/hla_gates.tsv",
         "hla_adapt": config["hla"]["adapt_models"] and "results/tables/hla_adapt.tsv",
     }
     return {section: path for section, path in tables.items() if path}

@@ -30,6 +30,7 @@ rule hla_scratch:
         hla_model_input,
     output:
         table="results/hla/scratch/{mode}_s{seed}/eval.csv",
+        gates="results/hla/scratch/{mode}_s{seed}/gates.csv",
     log:
         "logs/hla_scratch/{mode}_s{seed}.log",
     benchmark:
@@ -72,16 +73,23 @@ if not config["hla"].get("source"):
 
 
 rule plot_hla:
-    # Accuracy against context length per model, macro over the suite and per task, with intervals.
+    # Accuracy against context length per model, macro over the suite and per task, with intervals; the
+    # router gates of every chunk-mixing model beside it.
     input:
-        expand(
+        evals=expand(
             "results/hla/scratch/{mode}_s{seed}/eval.csv",
+            mode=config["hla"]["modes"],
+            seed=config["hla"]["seeds"],
+        ),
+        gates=expand(
+            "results/hla/scratch/{mode}_s{seed}/gates.csv",
             mode=config["hla"]["modes"],
             seed=config["hla"]["seeds"],
         ),
     output:
         pdf=report("results/figures/hla_length.pdf", category="HLA"),
         tsv="results/tables/hla_length.tsv",
+        gates="results/tables/hla_gates.tsv",
     log:
         "logs/plot_hla/plot.log",
     benchmark:

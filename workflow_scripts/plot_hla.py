@@ -6,9 +6,13 @@ with script_log(snakemake):
 
     from hybridlens.plots.hla import length_table, plot_adapt, plot_length
 
-    rows = pd.concat([pd.read_csv(f) for f in snakemake.input])
+    evals = snakemake.input.get("evals", snakemake.input)
+    rows = pd.concat([pd.read_csv(f) for f in evals])
     if snakemake.rule == "plot_hla_adapt":  # one "mode" per phase of each adapted model
         rows["mode"] = rows["mode"] + ":" + rows["phase"]
+    else:
+        gates = pd.concat([pd.read_csv(f) for f in snakemake.input.gates])
+        gates.to_csv(snakemake.output.gates, sep="\t", index=False)
     table = length_table(rows)
     table.to_csv(snakemake.output.tsv, sep="\t", index=False)
     (plot_adapt if snakemake.rule == "plot_hla_adapt" else plot_length)(table, snakemake.output.pdf)

@@ -112,6 +112,22 @@ def _hla(path):
     )
 
 
+def _gates(path):
+    t = _read(path).dropna(subset=["gate"])
+    heading = "HLA router: mean gate at MQAR's answers on the chunk holding the asked pair / other pairs / filler"
+    if t.empty:  # only GDN models: no gates
+        return heading, ["No chunk-mixing model in this run."]
+    ends = [t["length"].min(), t["length"].max()]
+    t = t[t["length"].isin(ends)].pivot_table(
+        index=["mode", "seed", "layer"], columns=["length", "chunk"], values="gate"
+    )
+    rows = []
+    for (mode, seed, layer), g in t.iterrows():
+        cells = [" / ".join(f"{g.get((n, c), float('nan')):.2f}" for c in ("asked", "pairs", "filler")) for n in ends]
+        rows.append([f"{mode} seed {seed}", layer, *cells])
+    return heading, _table(["model", "layer", *map(str, ends)], rows)
+
+
 SECTIONS = {
     "zoo": _zoo,
     "circuit": _circuit,
@@ -119,6 +135,7 @@ SECTIONS = {
     "scale": _scale,
     "stitch": _stitch,
     "hla_length": _hla,
+    "hla_gates": _gates,
     "hla_adapt": _hla,
 }
 

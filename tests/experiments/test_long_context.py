@@ -15,6 +15,7 @@ from hybridlens.experiments.long_context import (
     evaluate,
     load_shipped,
     make_item,
+    router_gates,
     save_model,
     train,
 )
@@ -111,3 +112,18 @@ def test_a_shipped_model_is_refused_when_its_spec_or_files_differ(tmp_path):
     (tmp_path / "zoo/model.safetensors").write_bytes(b"\0" * 8)
     with pytest.raises(SourceError, match="model.safetensors"):
         load_shipped(tmp_path / "zoo", SPEC)
+
+
+def test_router_gates_sort_each_answers_earlier_chunks_by_what_they_hold():
+    sym = Symbols.synthetic(8, 8, 16)  # the shipped models' symbols: MQAR then leaves filler at 64
+    model = build("fixed", sym, 16, 1, 2, seed=0, chunk=8, bucket=4).eval()
+    mixer = next(m for m in model.modules() if hasattr(m, "distance_logit"))
+    with torch.no_grad():
+        mixer.distance_logit.fill_(1.5)  # every earlier chunk gets sigmoid(1.5)
+        mixer.gate_bias.zero_()
+    rows = router_gates(model, sym, [32, 64], n=3, seed=0)
+    assert {r["chunk"] for r in rows if r["length"] == 64} == {"asked", "pairs", "filler"}
+    assert all(abs(r["gate"] - torch.sigmoid(torch.tensor(1.5)).item()) < 1e-6 for r in rows)
+    # At length 32 an item holds 5 pairs and asks 4 of them: each answer has exactly one asked chunk.
+    assert [r["count"] for r in rows if r["length"] == 32 and r["chunk"] == "asked"] == [3 * 4]
+    assert router_gates(build("gdn", sym, 16, 1, 2, seed=0, chunk=8, bucket=4), sym, [32], 2, 0) == []

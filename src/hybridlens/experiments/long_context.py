@@ -11,6 +11,8 @@ build_from_spec, save_model, load_shipped
           model's manifest and training spec checked against what the config asks for
 train     next-token training on answers only, plus HLA's regularizers
 evaluate  teacher-forced answer accuracy per task and length
+router_gates
+          the gate each chunk-mixing layer opens for the chunk holding the asked pair, against the others
 adapt     a pretrained Qwen3.5 model converted to HLA and fine-tuned, evaluated before and after, beside a
           control fine-tuned alike with its GDN mixers (and LongBench-V2 items when given)
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hybridlens.models.hla import HLALayer, to_hla
+from hybridlens.models.hla import HLALayer, HLAMixer, to_hla
 from hybridlens.models.source import SourceError, check_manifest
 from hybridlens.models.toy import build_toy_model
 
@@ -223,6 +225,40 @@ def evaluate(model, sym: Symbols, lengths, n: int, seed: int, tasks=SUITE, batch
                 total += int(mask.sum())
             rows.append({"task": task, "length": length, "answers": total, "correct": correct})
     return rows
+
+
+GATE_CHUNKS = ("asked", "pairs", "filler")
+
+
+@torch.no_grad()
+def router_gates(model, sym: Symbols, lengths, n: int, seed: int):
+    """Rows (layer, length, chunk, gate, count): the mean gate each chunk-mixing layer gives, at MQAR's answer
+    positions, to the earlier chunk holding the asked pair ("asked"), to chunks holding only other pairs or
+    questions ("pairs") and to filler-only chunks. A router that reads per query opens the first and shuts the
+    rest; a GDN model has no gates (no rows)."""
+    mixers = [m for m in model.modules() if isinstance(m, HLAMixer)]
+    device = next(model.parameters()).device
+    sums = {}
+    for length in lengths if mixers else ():
+        rng = random.Random(seed * 1_000_003 + length)
+        for _ in range(n):
+            ids, targets = make_item("mqar", rng, length, sym)
+            model(torch.tensor([ids], device=device), use_cache=False)
+            chunk = mixers[0].chunk
+            holds_key = [any(t in sym.keys for t in ids[c : c + chunk]) for c in range(0, len(ids), chunk)]
+            for pos, _ in targets:
+                t = pos - 1  # the "=" after the asked key: its output predicts the answer
+                asked = ids.index(ids[t - 1]) // chunk  # the key's first occurrence is its pair in the context
+                for c in range(t // chunk):
+                    kind = "asked" if c == asked else "pairs" if holds_key[c] else "filler"
+                    for layer, mixer in enumerate(mixers):
+                        key = (layer, length, kind)
+                        total, count = sums.get(key, (0.0, 0))
+                        sums[key] = (total + mixer.last_gates[0, :, t, c].mean().item(), count + 1)
+    return [
+        {"layer": layer, "length": length, "chunk": kind, "gate": total / count, "count": count}
+        for (layer, length, kind), (total, count) in sorted(sums.items())
+    ]
 
 
 def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=None):

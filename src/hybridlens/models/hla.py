@@ -143,6 +143,7 @@ class HLAMixer(nn.Module):
         self.gate_bias = nn.Parameter(torch.full((h,), float(gate_bias)))
         # Fixed mixing: one content-independent gate logit per head and chunk distance (1 = the previous chunk).
         self.distance_logit = nn.Parameter(torch.zeros(h, max_distance))
+        self.last_gates = None  # [B, H, T, n] gates of the last forward (0 where a chunk is not earlier), to inspect
 
     # --- the GDN parts ----------------------------------------------------------------------------------
     def _project(self, hidden, conv_tail):
@@ -223,6 +224,7 @@ class HLAMixer(nn.Module):
             else:
                 s = torch.sigmoid(self.gates(q, reps, chunk_of)) * visible
                 aux = self.regularizers(s, visible)
+                self.last_gates = s.detach()
             out = out + self.compose(A, Bm, s, qc)
         out = out[:, t - t_new :]
         keep = n_full * self.chunk
