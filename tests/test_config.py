@@ -12,9 +12,7 @@ SCHEMA = ROOT / "config" / "schema.yaml"
 
 SHIPPED = [
     "config/config.yaml",
-    "config/presets/paper.yaml",
-    "config/presets/realshape.yaml",
-    "config/presets/zoo.yaml",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config/presets").glob("*.yaml")),
     "tests/config/config.yaml",
 ]
 
