@@ -228,6 +228,11 @@ def test_a_toy_spec_sets_the_size_of_the_linear_heads_state(tmp_path, family, la
     assert tuple(hm.read_cache(cache, Site(0, "state")).shape) == shape
 
 
+def test_a_state_size_for_a_family_without_one_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^toy state_size 4 for family lfm2: its toys have no state size to set"):
+        build_toy_model("lfm2", 64, 16, "LA", heads=2, state_size=4)
+
+
 def test_toys_with_a_shared_embedding_embed_unseen_tokens_as_linear_images_of_each_other(tmp_path):
     shared = {"layout": "LA", "heads": 2, "steps": 3, "embedding": {"seed": 5, "dim": 12}}
     train_and_save("qwen3_5", {"hidden_size": 16, **shared}, ZOO, tmp_path / "q", False)

@@ -227,9 +227,6 @@ def evaluate(model, sym: Symbols, lengths, n: int, seed: int, tasks=SUITE, batch
     return rows
 
 
-GATE_CHUNKS = ("asked", "pairs", "filler")
-
-
 @torch.no_grad()
 def router_gates(model, sym: Symbols, lengths, n: int, seed: int):
     """Rows (layer, length, chunk, gate, count): the mean gate each chunk-mixing layer gives, at MQAR's answer

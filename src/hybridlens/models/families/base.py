@@ -99,6 +99,10 @@ class Family:
             tie_word_embeddings=True,
         )
         fields = self.toy_fields(layout, hidden_size, heads, d_state)
+        if d_state is not None and not any(fields.get(k) == d_state for k in STATE_FIELDS):
+            raise ValueError(
+                f"toy state_size {d_state} for family {self.name}: its toys have no state size to set; leave it out"
+            )
         return getattr(transformers, self.config_class)(**(common | fields))
 
     def toy_fields(self, layout: str, hidden_size: int, heads: int, d_state: int) -> dict:
@@ -131,6 +135,7 @@ def gated_deltanet_fields(hidden_size: int, heads: int, key_heads: int | None = 
 
 
 MAMBA_D_STATE = 16  # the toys' Mamba state size unless a toy spec sets state_size
+STATE_FIELDS = ("linear_key_head_dim", "mamba_d_state", "ssm_state_size")  # where a toy's state size goes
 
 
 def mamba2_fields(hidden_size: int, heads: int, d_state: int | None) -> dict:

@@ -15,7 +15,7 @@ class OlmoHybrid(Family):
         head_dim = hidden_size // heads
         return dict(
             layer_types=layer_types(layout, {"L": "linear_attention", "A": "full_attention"}),
-            linear_key_head_dim=head_dim,
+            linear_key_head_dim=d_state or head_dim,
             linear_value_head_dim=head_dim,
             linear_num_key_heads=heads,
             linear_num_value_heads=heads,
