@@ -123,7 +123,7 @@ def _gates(path):
     )
     rows = []
     for (mode, seed, layer), g in t.iterrows():
-        cells = [" / ".join(f"{g.get((n, c), float('nan')):.2f}" for c in ("asked", "pairs", "filler")) for n in ends]
+        cells = [" / ".join(_ci(g.get((n, c), float("nan"))) for c in ("asked", "pairs", "filler")) for n in ends]
         rows.append([f"{mode} seed {seed}", layer, *cells])
     return heading, _table(["model", "layer", *map(str, ends)], rows)
 

@@ -388,7 +388,7 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         "HLA adaptation",
     ]
     gates = pd.read_csv(run1 / "results/tables/hla_gates.tsv", sep="\t").query("mode == 'hla' and length == 64")
-    cell = " / ".join(f"{gates.set_index('chunk').loc[c, 'gate']:.2f}" for c in ("asked", "pairs", "filler"))
+    cell = " / ".join(f"{gates.set_index('chunk').loc[c, 'gate']:.3f}" for c in ("asked", "pairs", "filler"))
     row = next(line for line in page.splitlines() if line.startswith("| hla seed 1 | 0 |"))
     assert row.strip("| ").split(" | ")[-1] == cell, row
     circuit = pd.read_csv(run1 / "results/tables/circuit_transplant.tsv", sep="\t")
