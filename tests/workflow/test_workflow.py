@@ -265,6 +265,17 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
     assert "mem_mb=29000" in swap and "gpu=1" in swap
 
 
+def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path):
+    cwd = workdir(tmp_path)
+    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/presets/science.yaml"]
+    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "3"
+    assert counts["stitch_swap"] == "6" and "hla_scratch" not in counts and "scale" not in counts
+
+
 def test_toys_that_more_experiments_wait_on_train_first(tmp_path):
     """In the test config qwen_tiny feeds six experiments, granite_tiny four, falcon_tiny three, nemotron_tiny and
     next_tiny two, qwen_tiny_s one: a toy that finishes late holds up the most jobs behind it, so it trains first."""
