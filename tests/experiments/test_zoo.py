@@ -241,9 +241,11 @@ def test_toys_with_a_shared_embedding_embed_unseen_tokens_as_linear_images_of_ea
     fit, held = slice(0, len(q) // 2), slice(len(q) // 2, None)
     proj = torch.linalg.lstsq(q[fit], g[fit]).solution
     assert torch.allclose(q[held] @ proj, g[held], atol=1e-6)  # frozen through training, and one geometry
-    train_and_save("qwen3_5", {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3}, ZOO, tmp_path / "a", 0)
+    train_and_save("qwen3_5", {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3}, ZOO, tmp_path / "a", False)
     a = load_model(tmp_path / "a").model.get_input_embeddings().weight.detach()
     proj = torch.linalg.lstsq(a[fit], g[fit]).solution
     assert not torch.allclose(a[held] @ proj, g[held], atol=1e-3)
     with pytest.raises(ValueError, match="shared embedding width 20 exceeds the toy's hidden_size 16"):
-        train_and_save("qwen3_5", {**shared, "hidden_size": 16, "embedding": {"seed": 5, "dim": 20}}, ZOO, tmp_path, 0)
+        train_and_save(
+            "qwen3_5", {**shared, "hidden_size": 16, "embedding": {"seed": 5, "dim": 20}}, ZOO, tmp_path, False
+        )
