@@ -235,13 +235,13 @@ def router_gates(model, sym: Symbols, lengths, n: int, seed: int):
     rest; a GDN model has no gates (no rows)."""
     mixers = [m for m in model.modules() if isinstance(m, HLAMixer)]
     device = next(model.parameters()).device
+    chunk = mixers[0].chunk if mixers else None
     sums = {}
     for length in lengths if mixers else ():
         rng = random.Random(seed * 1_000_003 + length)
         for _ in range(n):
             ids, targets = make_item("mqar", rng, length, sym)
             model(torch.tensor([ids], device=device), use_cache=False)
-            chunk = mixers[0].chunk
             holds_key = [any(t in sym.keys for t in ids[c : c + chunk]) for c in range(0, len(ids), chunk)]
             for pos, _ in targets:
                 t = pos - 1  # the "=" after the asked key: its output predicts the answer

@@ -122,7 +122,9 @@ def layer_types(layout: str, names: dict) -> list[str]:
     return [names[c] for c in layout]
 
 
-def gated_deltanet_fields(hidden_size: int, heads: int, key_heads: int | None = None, d_state=None) -> dict:
+def gated_deltanet_fields(
+    hidden_size: int, heads: int, key_heads: int | None = None, d_state: int | None = None
+) -> dict:
     """The Gated DeltaNet and attention head sizes of a toy, in the field names the Qwen3.5 lineage shares."""
     head_dim = hidden_size // heads
     return dict(
