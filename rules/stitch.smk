@@ -2,12 +2,14 @@
 
 
 rule stitch_acts:
-    # The residual stream at both models' block boundaries on the fit split's prompts (two HDF5 stores).
+    # The residual stream at both models' block boundaries on the fit and the test split's prompts.
     input:
         unpack(stitch_inputs),
     output:
         a="results/stitch/{a}--{b}/acts/{a}_s{seed}.h5",
         b="results/stitch/{a}--{b}/acts/{b}_s{seed}.h5",
+        a_test="results/stitch/{a}--{b}/acts/{a}_s{seed}_test.h5",
+        b_test="results/stitch/{a}--{b}/acts/{b}_s{seed}_test.h5",
     log:
         "logs/stitch/{a}--{b}/acts_s{seed}.log",
     benchmark:
@@ -29,10 +31,13 @@ rule stitch_acts:
 
 
 rule stitch_fit:
-    # Every map of both directions from the stores, fitted once and reused by both swap jobs.
+    # Every map of both directions, fitted once on the fit stores and reused by both swap jobs; scored on
+    # the test stores too.
     input:
         a="results/stitch/{a}--{b}/acts/{a}_s{seed}.h5",
         b="results/stitch/{a}--{b}/acts/{b}_s{seed}.h5",
+        a_test="results/stitch/{a}--{b}/acts/{a}_s{seed}_test.h5",
+        b_test="results/stitch/{a}--{b}/acts/{b}_s{seed}_test.h5",
     output:
         maps="results/stitch/{a}--{b}/maps_s{seed}.h5",
         fit="results/stitch/{a}--{b}/fit_s{seed}.json",

@@ -35,7 +35,7 @@ with script_log(snakemake) as log:
     }
     means = {k: data[f"{w.receiver}.mean_write.{k}"] for k in stitch.TRANSFERS}
     split = stitch.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
-    prompts = stitch.split_prompts(split, seed + 7919, s["n_test"], s["n_pairs"], s["format"], n_languages, "test")
+    prompts = stitch.run_prompts(split, seed, s, n_languages, "test")
     both = {"receiver": spans[w.receiver], "donor": spans[donor_name]}
     rows = stitch.swap_rows(receiver, donor, both, maps, means, prompts, n_languages, seed, s["batch_size"])
     table = pd.DataFrame(rows).assign(receiver=w.receiver, donor=donor_name)

@@ -13,8 +13,10 @@ from hybridlens.experiments.stitch import (
     align_positions,
     blocks,
     collect,
+    final_block_writes,
     fit_maps,
     fit_ridge,
+    map_scores,
     run_block,
     split_keys,
     split_prompts,
@@ -57,6 +59,14 @@ def test_ridge_recovers_a_linear_map_and_shrinks_noise():
     np.testing.assert_allclose(m.weight, a, atol=1e-3)
     out = m.apply(torch.tensor(x[:5], dtype=torch.float32)).double().numpy()
     np.testing.assert_allclose(out, x[:5] @ a + b, atol=1e-2)
+    # Scored on new rows: the same map predicts them; rows from another map are predicted as badly as
+    # 1 - |residual|^2 / |variance|, computed here by hand.
+    x_new = rng.normal(size=(200, 6))
+    assert m.score(x_new, x_new @ a + b) > 0.999
+    y_other = x_new @ rng.normal(size=(6, 4))
+    pred = (x_new - m.mean_in) @ m.weight + m.mean_out
+    out_of = ((y_other - y_other.mean(0)) ** 2).sum()
+    assert m.score(x_new, y_other) == pytest.approx(1 - ((y_other - pred) ** 2).sum() / out_of)
     noise = fit_ridge(x, rng.normal(size=(600, 4)))
     assert noise.lam >= 10 and noise.r2 < 0.01  # nothing to predict: strong shrinkage wins
     with pytest.raises(ValueError, match="matching rows"):
@@ -143,6 +153,14 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
     np.testing.assert_allclose(data_r["resid.0"][: len(ids)], emb, atol=1e-6)
     maps, means, fraction = fit_maps(data_r, data_d, spans["receiver"], spans["donor"], (1e-2, 1, 100))
     assert fraction == 1.0  # one tokenizer: every position aligns
+    # A map's score is its R^2 on a store's rows: by hand for the query map (one row per prompt).
+    scores = map_scores(maps, data_r, data_d, spans["receiver"], spans["donor"])
+    x, y = (
+        final_block_writes(data_d, spans["donor"]["address"]),
+        final_block_writes(data_r, spans["receiver"]["address"]),
+    )
+    pred = (x - maps["query"].mean_in) @ maps["query"].weight + maps["query"].mean_out
+    assert scores["query"] == pytest.approx(1 - ((y - pred) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
     assert maps["address.in"].weight.shape == (recv.d_model, donor.d_model)
     assert maps["address.out"].weight.shape == (donor.d_model, recv.d_model)
     assert maps["query"].weight.shape == (donor.d_model, recv.d_model) and means["query"].shape == (recv.d_model,)
@@ -165,6 +183,9 @@ def test_self_stitch_through_fitted_maps_restores_the_intact_model(saved_models)
     maps, means, _ = fit_maps(collect(recv, fit, spans), collect(donor, fit, spans), spans, spans, (1e-4, 1))
     assert all(m.r2 > 0.999 for m in maps.values())
     test = split_prompts(split, 1, 8, 4, "chat", 2, "test")
+    # The identity holds on keys the maps never saw as well.
+    test_r, test_d = collect(recv, test, spans), collect(donor, test, spans)
+    assert all(r2 > 0.999 for r2 in map_scores(maps, test_r, test_d, spans, spans).values())
     rows = swap_rows(recv, donor, {"receiver": spans, "donor": spans}, maps, means, test, 2, 1)
     got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
     for i in range(len(test)):

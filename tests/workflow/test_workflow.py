@@ -16,7 +16,7 @@ from wf import FAMILY_TOYS, MODELS, SNAKEMAKE, snakemake, workdir
 from hybridlens.experiments.extract import extract
 from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
 from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
-from hybridlens.experiments.stitch import TRANSFERS, fit_maps
+from hybridlens.experiments.stitch import TRANSFERS, fit_maps, map_scores
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
 from hybridlens.models.source import SourceError
@@ -172,6 +172,12 @@ def test_stitch_tables_and_maps(run1):
     stored, _ = read_store(pair / "maps_s1.h5")
     for name, m in maps.items():
         np.testing.assert_allclose(stored[f"qwen_tiny.{name}.weight"], m.weight, rtol=1e-5, atol=1e-6)
+    # r2_test is each map scored on the test-key prompts' stores, the prompts every rate comes from.
+    tests = [read_store(pair / f"acts/{m}_s1_test.h5")[0] for m in ("qwen_tiny", "granite_tiny")]
+    assert set(tests[0]["prompt"]) == set(range(cfg["n_test"]))
+    scores = map_scores(maps, *tests, *spans)
+    got = fit[(fit["seed"] == 1) & (fit["receiver"] == "qwen_tiny")].set_index("map")["r2_test"]
+    assert got.to_dict() == pytest.approx(scores, abs=1e-6)
     assert (run1 / "results/figures/stitch_qwen_tiny--granite_tiny.pdf").read_bytes()[:4] == b"%PDF"
 
 

@@ -8,11 +8,13 @@ prompts whose keys come from the disjoint test split.
 
 align_positions  token pairs of two tokenizations of one text, matched by the character where each token ends
 fit_ridge        centred ridge map in float64, lambda from a log grid on a held-out fifth of the prompts
-RidgeMap         a fitted map; apply(), linear() for differences, shuffled() for the control
+RidgeMap         a fitted map; apply(), linear() for differences, shuffled() for the control, score() (R^2)
 split_keys       seeded fit / test split of the keys both tokenizers keep as single tokens
+split_prompts    prompts from the fit or test split's keys; run_prompts: the ones a run's seed uses
 blocks           a model's Address block and Encode+Address span (first, last layer) from its circuit
 collect          the residual stream at the blocks' boundaries, every position, as arrays for the HDF5 store
 fit_maps         every map of one direction from two collected stores
+map_scores       each map's R^2 on two other stores (the test split's prompts, keys the maps never saw)
 run_block        a model's own layers first..last on a given stream, with the positions and masks it builds
 swap_rows        per-item rows of the three transfers and their controls on test prompts
 """
@@ -73,10 +75,19 @@ class RidgeMap:
         """The map of a difference of two points (the means cancel)."""
         return dx @ torch.as_tensor(self.weight, dtype=dx.dtype, device=dx.device)
 
+    def score(self, x, y) -> float:
+        """R^2 of the map's predictions of y from x, on rows it may not have been fitted on."""
+        return _r2(self.mean_in, self.mean_out, self.weight, np.asarray(x, np.float64), np.asarray(y, np.float64))
+
     def shuffled(self, seed: int) -> "RidgeMap":
         """Control: the same map with its output coordinates permuted (same norm, wrong directions)."""
         perm = np.random.default_rng(seed).permutation(self.weight.shape[1])
         return RidgeMap(self.mean_in, self.mean_out, self.weight[:, perm], self.lam, float("nan"))
+
+
+def _r2(mx, my, w, xs, ys) -> float:
+    pred = (xs - mx) @ w + my
+    return float(1 - ((ys - pred) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
 
 
 def fit_ridge(x, y, groups=None, lambdas=(1e-4, 1e-3, 1e-2, 1e-1, 1, 10, 100), seed: int = 0) -> RidgeMap:
@@ -98,11 +109,7 @@ def fit_ridge(x, y, groups=None, lambdas=(1e-4, 1e-3, 1e-2, 1e-1, 1, 10, 100), s
         lam = lam_rel * np.trace(gram) / len(gram)
         return mx, my, np.linalg.solve(gram + lam * np.eye(len(gram)), xc.T @ yc)
 
-    def r2(mx, my, w, xs, ys):
-        pred = (xs - mx) @ w + my
-        return 1 - ((ys - pred) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum()
-
-    scores = [r2(*solve(x[~test], y[~test], lam), x[test], y[test]) for lam in lambdas]
+    scores = [_r2(*solve(x[~test], y[~test], lam), x[test], y[test]) for lam in lambdas]
     best = int(np.argmax(scores))
     return RidgeMap(*solve(x, y, lambdas[best]), lam=float(lambdas[best]), r2=float(scores[best]))
 
@@ -132,6 +139,13 @@ def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, n_languages:
     fit, test, values, languages = split
     keys = fit if part == "fit" else test
     return make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
+
+
+def run_prompts(split, seed: int, settings: dict, n_languages: int, part: str):
+    """The `part` split's prompts of one run seed (config section stitch): n_fit fit prompts, or the n_test
+    test prompts every reported number comes from, drawn from another stream than the fit prompts."""
+    n, offset = (settings["n_fit"], 0) if part == "fit" else (settings["n_test"], 7919)
+    return split_prompts(split, seed + offset, n, settings["n_pairs"], settings["format"], n_languages, part)
 
 
 def blocks(circuit: dict) -> dict:
@@ -216,28 +230,39 @@ def final_block_writes(data, span):
     return data[f"resid.{last + 1}"][rows] - data[f"resid.{first}"][rows]
 
 
-def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: int = 0):
-    """(maps, means, aligned fraction) of one direction (donor -> receiver). maps are keyed "{block}.in",
-    "{block}.out" and "query"; means are the receiver's mean writes (every position per block; the final
-    token for query), the mean-write control. in: the receiver's stream at the block's input -> the donor's;
-    out: the donor's stream at the block's output -> the receiver's; query: the donor's Address-block write at
-    the final token -> the receiver's."""
+def map_rows(recv, donor, recv_spans: dict, donor_spans: dict):
+    """(rows, prompt of each row, aligned fraction): rows[name] = (x, y) of every map of one direction
+    (donor -> receiver), from two collected stores. in: the receiver's stream at the block's input -> the
+    donor's; out: the donor's stream at the block's output -> the receiver's; query: the donor's Address-block
+    write at the final token -> the receiver's (one row per prompt, so no groups)."""
     ri, di, groups, fraction = aligned_rows(recv, donor)
-    maps = {}
+    rows = {}
     for block in ("address", "encode_address"):
         (rf, rl), (df, dl) = recv_spans[block], donor_spans[block]
-        maps[f"{block}.in"] = fit_ridge(recv[f"resid.{rf}"][ri], donor[f"resid.{df}"][di], groups, lambdas, seed)
-        maps[f"{block}.out"] = fit_ridge(
-            donor[f"resid.{dl + 1}"][di], recv[f"resid.{rl + 1}"][ri], groups, lambdas, seed
-        )
-    write_r = final_block_writes(recv, recv_spans["address"])
-    write_d = final_block_writes(donor, donor_spans["address"])
-    maps["query"] = fit_ridge(write_d, write_r, None, lambdas, seed)
-    means = {"query": write_r.mean(0)}
+        rows[f"{block}.in"] = (recv[f"resid.{rf}"][ri], donor[f"resid.{df}"][di])
+        rows[f"{block}.out"] = (donor[f"resid.{dl + 1}"][di], recv[f"resid.{rl + 1}"][ri])
+    rows["query"] = (final_block_writes(donor, donor_spans["address"]), final_block_writes(recv, recv_spans["address"]))
+    return rows, groups, fraction
+
+
+def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: int = 0):
+    """(maps, means, aligned fraction) of one direction (donor -> receiver), keyed as map_rows' rows. means
+    are the receiver's mean writes (every position per block; the final token for query), the mean-write
+    control."""
+    rows, groups, fraction = map_rows(recv, donor, recv_spans, donor_spans)
+    maps = {name: fit_ridge(x, y, None if name == "query" else groups, lambdas, seed) for name, (x, y) in rows.items()}
+    means = {"query": rows["query"][1].mean(0)}
     for block in ("address", "encode_address"):
         rf, rl = recv_spans[block]
         means[block] = (recv[f"resid.{rl + 1}"] - recv[f"resid.{rf}"]).mean(0)
     return maps, means, fraction
+
+
+def map_scores(maps: dict, recv, donor, recv_spans: dict, donor_spans: dict) -> dict:
+    """{map name: R^2} of fitted maps on two other stores: on the test split's prompts, whose keys the maps
+    never saw, this says whether the geometry the maps learned holds beyond the keys they were fitted on."""
+    rows, _, _ = map_rows(recv, donor, recv_spans, donor_spans)
+    return {name: maps[name].score(x, y) for name, (x, y) in rows.items()}
 
 
 # --- running blocks ------------------------------------------------------------------------------------------
