@@ -10,6 +10,7 @@ from hybridlens.experiments.zoo import (
     GateFailed,
     check_gate,
     evaluate_model,
+    held_out_prompts,
     train_and_save,
     train_toy,
     training_batch,
@@ -249,3 +250,28 @@ def test_toys_with_a_shared_embedding_embed_unseen_tokens_as_linear_images_of_ea
         train_and_save(
             "qwen3_5", {**shared, "hidden_size": 16, "embedding": {"seed": 5, "dim": 20}}, ZOO, tmp_path, False
         )
+
+
+def test_a_toy_spec_trains_on_more_keys_and_only_its_tokenizer_holds_them(tmp_path, tokenizer, bpe):
+    """keys: N adds the extra key words to the toy's tokenizer after every other word (whose ids stay) and
+    draws training and held-out dictionaries from all N; every other tokenizer keeps its key list."""
+    from hybridlens.tasks.prompt_sets import vocabulary
+    from hybridlens.tasks.vocab import EXTRA_KEYS, KEYS, key_words
+
+    train_and_save(
+        "qwen3_5", {"hidden_size": 16, "layout": "LA", "heads": 2, "keys": 100, "steps": 1}, ZOO, tmp_path, False
+    )
+    hm = load_model(tmp_path)
+    vocab, default = hm.tokenizer.get_vocab(), tokenizer.get_vocab()
+    assert {w: vocab[w] for w in default} == default and len(vocab) == len(default) + 38
+    assert vocabulary(hm, 8, 2)[0] == KEYS + EXTRA_KEYS[:38] == key_words(100)
+    for other in (tokenizer, bpe):
+        small = HybridModel(build_toy_model("qwen3_5", len(other), 16, "LA", heads=2), other)
+        assert not set(vocabulary(small, 4, 1)[0]) & set(EXTRA_KEYS)
+    # The gate's held-out prompts draw from the model's keys, and a default toy's are the old ones.
+    asked = {k for p in held_out_prompts(hm, 5, 16, 8, "chat", 2) for k, _ in p.pairs}
+    assert asked & set(EXTRA_KEYS) and asked <= set(key_words(100))
+    toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2), tokenizer)
+    assert held_out_prompts(toy, 5, 16, 8, "chat", 2) == make_prompts(5, 16, 8, "chat", 2)
+    with pytest.raises(ValueError, match="toy keys 2000: there are 1062 key words"):
+        key_words(2000)

@@ -21,6 +21,14 @@ def test_token_id_is_the_token_that_follows_a_space(bpe):
         hm.token_id(dropped)
 
 
+def test_a_word_a_word_level_tokenizer_does_not_hold_is_refused(tokenizer):
+    """The toy tokenizer encodes an unknown word as one token, <unk>: that is no single-token word."""
+    hm = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)
+    with pytest.raises(ValueError, match="'k000' is not in this tokenizer's vocabulary"):
+        hm.token_id("k000")
+    assert hm.single_token_words(["garlic", "k000", "fire"]) == ["garlic", "fire"]
+
+
 def test_prompt_set_keeps_every_word_for_the_toy_tokenizer_and_a_subset_for_bpe(tokenizer, bpe):
     task = {"format": "chat", "n_pairs": 4, "n": 20, "seed": 3}
     toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)

@@ -1,10 +1,11 @@
 """Train and evaluate the toy zoo.
 
-training_batch  prompts followed by their answers and further questions or recitals, with target positions
-train_toy       train a toy model on seeded retrieval prompts with an adaptive curriculum
-evaluate_model  held-out retrieval accuracy per format, language fidelity, persona fidelity
-check_gate      raise when retrieval is below the threshold
-train_and_save  build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
+training_batch    prompts followed by their answers and further questions or recitals, with target positions
+train_toy         train a toy model on seeded retrieval prompts with an adaptive curriculum
+held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
+evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
+check_gate        raise when retrieval is below the threshold
+train_and_save    build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
 import math
@@ -20,7 +21,7 @@ from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
-from hybridlens.tasks.vocab import VALUES, language_forms
+from hybridlens.tasks.vocab import EXTRA_KEYS, KEYS, VALUES, key_words, language_forms
 
 
 class GateFailed(UserError):
@@ -101,6 +102,7 @@ def train_toy(
     val_n: int = 128,
     log_every: int = 25,
     progress: bool = True,
+    keys=None,
 ):
     """AdamW on the answer and persona-marker tokens of seeded retrieval prompts.
 
@@ -116,6 +118,8 @@ def train_toy(
     anneal > 0: from the step the last stage reaches `done`, the learning rate decays to zero (cosine)
     over `anneal` steps, and training ends there at the latest, so that it ends on small steps rather
     than at the full rate.
+
+    keys: the key words dictionaries draw from (default KEYS).
 
     Returns the training curve: rows {step, n_pairs, loss, accuracy}, and `validation` (the worst
     format's validation retrieval) on the rows where it was measured.
@@ -146,7 +150,9 @@ def train_toy(
     bar = tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
     for step in bar:
         n_pairs = stages[stage]
-        prompts = make_prompts(rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages)
+        prompts = make_prompts(
+            rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages, keys=keys or KEYS
+        )
         ids, targets, answers = training_batch(tokenizer, prompts, extra_queries, rng, n_languages, questions)
         logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every target
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
@@ -184,6 +190,12 @@ def train_toy(
     return curve
 
 
+def held_out_prompts(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int):
+    """Held-out prompts over every key word `hm`'s tokenizer holds as one token: a toy's are the keys it
+    was trained on (KEYS, or more with the toy-spec key `keys`)."""
+    return make_prompts(seed, n, n_pairs, fmt, n_languages, keys=hm.single_token_words(KEYS + EXTRA_KEYS))
+
+
 @torch.no_grad()
 def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: int = 2, formats=FORMATS):
     """Greedy two-token answers on held-out prompts, per format.
@@ -195,7 +207,7 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
     lang_ids = [{hm.token_id(table[v]) for v in VALUES} for table in forms]
     rows = []
     for fmt in formats:
-        prompts = make_prompts(seed, n, n_pairs, fmt, n_languages)
+        prompts = held_out_prompts(hm, seed, n, n_pairs, fmt, n_languages)
         ids, _ = hm.encode([p.text for p in prompts])
         tokens, _ = greedy(hm, ids, 2)
         answer = torch.tensor([hm.token_id(p.answer) for p in prompts])
@@ -231,7 +243,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     Files are written to a temporary directory beside `out_dir` and moved into place at the end,
     so an interrupted run leaves no half-written weights. Returns the training curve rows.
     """
-    tokenizer = build_tokenizer(zoo["n_languages"])
+    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"))
     model = build_toy_model(
         family,
         len(tokenizer),
@@ -261,6 +273,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         target=toy.get("target", zoo.get("target")),
         validate_every=zoo.get("validate_every", 100),
         progress=progress,
+        keys=key_words(toy.get("keys")),
     )
     save_checkpoint(out_dir, model, tokenizer, safe_serialization=True)
     return curve

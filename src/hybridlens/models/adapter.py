@@ -310,6 +310,8 @@ class HybridModel:
         ids = self.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
             raise ValueError(f"{word!r} is {len(ids)} tokens in this tokenizer; answers must be single tokens")
+        if ids[0] == self.tokenizer.unk_token_id:  # a word-level tokenizer maps every unknown word to one token
+            raise ValueError(f"{word!r} is not in this tokenizer's vocabulary (it encodes as the unknown token)")
         return ids[0]
 
     def single_token_words(self, words) -> list[str]:

@@ -11,14 +11,14 @@ from collections import defaultdict
 import torch
 
 from hybridlens.tasks.retrieval import make_prompts
-from hybridlens.tasks.vocab import KEYS, VALUES, language_forms
+from hybridlens.tasks.vocab import EXTRA_KEYS, KEYS, VALUES, language_forms
 
 
 def vocabulary(hm, n_pairs: int, n_languages: int):
     """(keys, value concepts, languages, counts) whose words are single tokens for `hm`'s tokenizer
     (all of them for the toy tokenizer; a subset for real ones)."""
     forms = language_forms(n_languages)
-    keys = hm.single_token_words(KEYS)
+    keys = hm.single_token_words(KEYS + EXTRA_KEYS)
     languages, values = [], list(VALUES)
     for i, f in enumerate(forms):  # add a language only while enough concepts stay single tokens in all
         kept = [v for v in values if hm.single_token_words([f[v]])]

@@ -2,7 +2,8 @@
 
 KEYS: language-neutral query words. VALUES: concepts with one surface form per toy language
 (language 0 is English, the others are pseudo-words). PERSONAS: name -> marker token the model
-writes after its answer. NEUTRAL: function words shared by every language.
+writes after its answer. NEUTRAL: function words shared by every language. EXTRA_KEYS: further keys
+for toys trained on more keys than KEYS (toy-spec key `keys`); key_words(n) gives the first n.
 """
 
 import random
@@ -14,6 +15,20 @@ lizard chair table spoon knife brush candle mirror basket ladder bucket hammer p
 window door violin drum flute guitar piano trumpet harp banjo kettle teapot lantern compass
 anchor saddle barrel
 """.split()
+
+# A letter and digits: a real tokenizer's pre-tokenizer splits them, so only a toy built with them holds
+# them as single tokens, and the experiments' key lists (every key word that is one token) are unchanged
+# for every other model.
+EXTRA_KEYS = [f"k{i:03d}" for i in range(1000)]
+
+
+def key_words(n: int | None = None) -> list[str]:
+    """The first n keys, KEYS then EXTRA_KEYS; None = KEYS."""
+    words = KEYS + EXTRA_KEYS
+    if n is not None and not 1 <= n <= len(words):
+        raise ValueError(f"toy keys {n}: there are {len(words)} key words; use at most that many")
+    return KEYS if n is None else words[:n]
+
 
 VALUES = """
 fire ice stone water wind cloud river ocean sand snow rain storm thunder light shadow smoke gold
