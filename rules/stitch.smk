@@ -60,6 +60,10 @@ rule stitch_swap:
     input:
         unpack(stitch_inputs),
         maps="results/stitch/{a}--{b}/maps_s{seed}.h5",
+        donor_test=lambda w: (
+            f"results/stitch/{w.a}--{w.b}/acts/"
+            f"{w.b if w.receiver == w.a else w.a}_s{w.seed}_test.h5"
+        ),
     output:
         rows="results/stitch/{a}--{b}/items_{receiver}_s{seed}.csv",
     log:

@@ -25,6 +25,10 @@ with script_log(snakemake) as log:
         want |= {f"{k}.{m}": acts[k] for k in ("model_source", "config_hash")}
         want[f"tokenizer_hash.{m}"] = tokenizer_hash(hm.tokenizer)
     data, attrs = read_store(snakemake.input.maps, expect=want)
+    donor_store = snakemake.params.stores[getattr(w, donor_side)]
+    donor_test, _ = read_store(
+        snakemake.input.donor_test, expect=expected("stitch_acts", donor_store["source"], donor_store["config"], seed)
+    )
     spans = {m: {k: tuple(v) for k, v in b.items()} for m, b in json.loads(attrs["spans"]).items()}
     donor_name = getattr(w, donor_side)
     maps = {
@@ -37,7 +41,9 @@ with script_log(snakemake) as log:
     split = stitch.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
     prompts = stitch.run_prompts(split, seed, s, n_languages, "test")
     both = {"receiver": spans[w.receiver], "donor": spans[donor_name]}
-    rows = stitch.swap_rows(receiver, donor, both, maps, means, prompts, n_languages, seed, s["batch_size"])
+    # The donor's final-token writes on the test prompts are in its test store already (rule stitch_acts).
+    writes = stitch.final_block_writes(donor_test, both["donor"]["address"])
+    rows = stitch.swap_rows(receiver, donor, both, maps, means, prompts, n_languages, seed, s["batch_size"], writes)
     table = pd.DataFrame(rows).assign(receiver=w.receiver, donor=donor_name)
     log.info("%s", table.groupby(["transfer", "condition"])[["correct", "redirect"]].mean())
     table.to_csv(snakemake.output.rows, index=False)

@@ -328,21 +328,26 @@ def _final_edit(hm, span, writes):
 
 
 @torch.no_grad()
-def swap_rows(receiver, donor, spans, maps, means, prompts, n_languages: int, seed: int, batch_size: int = 32):
+def swap_rows(
+    receiver, donor, spans, maps, means, prompts, n_languages: int, seed: int, batch_size: int = 32, donor_writes=None
+):
     """Per test item and condition: retrieval with the receiver's Address block (address) or Encode+Address
     span (encode_address) swapped for the donor's, and redirect under the query-vector transfer (the donor's
     prompt asks A, the receiver's asks B of the same dictionary; query). Conditions: intact, stitched, and
     the controls: shuffled maps, the receiver's mean write from the fit prompts, the block ablated.
 
     spans: {"receiver": {block: (first, last)}, "donor": {...}}; maps: fit_maps' maps; means: fit_maps' means.
+    donor_writes: the donor's Address-block writes at each prompt's final token, in prompt order, if a store
+    of its streams on these prompts already holds them (final_block_writes); None = one donor forward here.
     """
     if receiver.model is donor.model:  # the donor's forward would run the receiver's swap hooks again
         raise ValueError("stitching a model with itself: load it twice, one copy as the donor")
     rows = []
     pairs = donor_host_pairs(prompts, seed, n_languages)
-    span = spans["donor"]["address"]
-    donor_data = collect(donor, [d for d, _ in pairs], {"address": span}, batch_size)
-    donor_writes = torch.as_tensor(final_block_writes(donor_data, span))
+    if donor_writes is None:  # the donors are the prompts themselves (donor_host_pairs), in order
+        span = spans["donor"]["address"]
+        donor_writes = final_block_writes(collect(donor, prompts, {"address": span}, batch_size), span)
+    donor_writes = torch.as_tensor(donor_writes)
     for chunk, _, _ in batches_by_length(receiver, [h for _, h in pairs], batch_size):
         run = Runner(receiver, [pairs[i][1] for i in chunk], n_languages)
         entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=run.ids.device)

@@ -20,8 +20,9 @@ from hybridlens.models.adapter import HybridModel
 from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
+from hybridlens.tasks.prompt_sets import vocabulary
 from hybridlens.tasks.retrieval import FORMATS, make_prompts, question_words
-from hybridlens.tasks.vocab import EXTRA_KEYS, KEYS, VALUES, key_words, language_forms
+from hybridlens.tasks.vocab import KEYS, VALUES, key_words, language_forms
 
 
 class GateFailed(UserError):
@@ -193,7 +194,7 @@ def train_toy(
 def held_out_prompts(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int):
     """Held-out prompts over every key word `hm`'s tokenizer holds as one token: a toy's are the keys it
     was trained on (KEYS, or more with the toy-spec key `keys`)."""
-    return make_prompts(seed, n, n_pairs, fmt, n_languages, keys=hm.single_token_words(KEYS + EXTRA_KEYS))
+    return make_prompts(seed, n, n_pairs, fmt, n_languages, keys=vocabulary(hm, n_pairs, n_languages)[0])
 
 
 @torch.no_grad()
