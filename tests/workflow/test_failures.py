@@ -281,8 +281,8 @@ def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_pages_that_rea
 def test_killed_writers_leave_nothing_behind_and_the_rerun_equals_an_undisturbed_run(run1, tmp_path):
     """SIGKILL a toy's training while its checkpoint is moved into place, then the whole workflow while an
     extraction writes its HDF5 store; make run then names the unlock command, and the rerun redoes both
-    outputs. Only those two are asked for: run1 already holds the whole workflow, and each of its ~60 jobs
-    costs a Python start."""
+    outputs. Only those two are asked for: run1 already holds the whole workflow, whose every job costs a
+    Python start."""
     cwd = workdir(tmp_path)
     for part in ("Makefile", "pyproject.toml"):  # make run's recipe (mtimes kept: the venv is up to date)
         shutil.copy2(REPO / part, cwd / part)
