@@ -114,6 +114,32 @@ def test_a_shipped_model_is_refused_when_its_spec_or_files_differ(tmp_path):
         load_shipped(tmp_path / "zoo", SPEC)
 
 
+def test_a_model_shipped_before_the_router_keys_counts_as_raw_router_and_zero_bias(tmp_path):
+    model, _ = build_from_spec(SPEC)
+    save_model(model, tmp_path / "model.safetensors")
+    (tmp_path / "training.json").write_text(json.dumps(SPEC))  # no router, no gate_bias: shipped before them
+    ship_directory(sorted(tmp_path.glob("*.*")), tmp_path / "zoo", {"model": "hla/hla_s3"})
+    load_shipped(tmp_path / "zoo", SPEC | {"router": "raw", "gate_bias": 0.0})
+    with pytest.raises(SourceError, match=r"router='raw' \(config: 'cosine'\)"):
+        load_shipped(tmp_path / "zoo", SPEC | {"router": "cosine", "gate_bias": 0.0})
+
+
+@pytest.mark.parametrize("mode", ["fixed", "hla"])
+def test_gate_bias_sets_the_initial_gates_and_router_reaches_the_mixers(mode):
+    spec = SPEC | {"mode": mode, "gate_bias": 2.0, "router": "cosine"}
+    model, sym = build_from_spec(spec)
+    mixer = next(m for m in model.modules() if isinstance(m, HLALayer)).mixer
+    assert mixer.router_kind == "cosine" and torch.equal(mixer.gate_bias, torch.full((2,), 2.0))
+    ids, _ = batch("mqar", random.Random(0), 2, 32, sym)
+    with torch.no_grad():
+        model(ids, use_cache=False)
+    gates = mixer.last_gates[mixer.last_gates > 0]  # earlier chunks only
+    if mode == "fixed":  # distance logits start at 0: every gate is sigmoid(bias)
+        torch.testing.assert_close(gates, torch.full_like(gates, torch.sigmoid(torch.tensor(2.0)).item()))
+    else:  # cosine scores lie in [-5, 5] around the bias
+        assert gates.min() >= torch.sigmoid(torch.tensor(-3.0)) and gates.max() <= torch.sigmoid(torch.tensor(7.0))
+
+
 def test_router_gates_sort_each_answers_earlier_chunks_by_what_they_hold():
     sym = Symbols.synthetic(8, 8, 16)  # the shipped models' symbols: MQAR then leaves filler at 64
     model = build("fixed", sym, 16, 1, 2, seed=0, chunk=8, bucket=4).eval()

@@ -24,9 +24,11 @@ def hidden(t=37, seed=1):
     return torch.randn(2, t, 32, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-@pytest.mark.parametrize("mode, bias", [("gdn", 0.0), ("hla", 60.0), ("fixed", 60.0)])
-def test_all_gates_one_is_gdn(gdn, mode, bias):
-    hla = HLAMixer(gdn, mode=mode, chunk=8, bucket=4, gate_bias=bias).double()
+@pytest.mark.parametrize(
+    "mode, bias, router", [("gdn", 0.0, "raw"), ("hla", 60.0, "raw"), ("hla", 60.0, "cosine"), ("fixed", 60.0, "raw")]
+)
+def test_all_gates_one_is_gdn(gdn, mode, bias, router):
+    hla = HLAMixer(gdn, mode=mode, chunk=8, bucket=4, gate_bias=bias, router=router).double()
     x = hidden()
     with torch.no_grad():
         out, _, _ = hla(x)
@@ -54,10 +56,10 @@ def test_chunk_maps_equal_the_product_of_token_maps():
             torch.testing.assert_close(B[0, head, c], Bc, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("mode", ["hla", "fixed"])
-def test_prefill_then_decode_equals_the_full_forward(gdn, mode):
+@pytest.mark.parametrize("mode, router", [("hla", "raw"), ("hla", "cosine"), ("fixed", "raw")])
+def test_prefill_then_decode_equals_the_full_forward(gdn, mode, router):
     torch.manual_seed(2)
-    hla = HLAMixer(gdn, mode=mode, chunk=8, bucket=4, gate_bias=0.0).double()
+    hla = HLAMixer(gdn, mode=mode, chunk=8, bucket=4, gate_bias=0.0, router=router).double()
     with torch.no_grad():
         hla.distance_logit.normal_()
         hla.pool.normal_()
@@ -82,6 +84,26 @@ def test_gates_are_query_dependent_and_gradients_reach_the_router(gdn):
     for p in (hla.router, hla.pool, hla.gate_bias):
         assert p.grad is not None and p.grad.abs().max() > 0
     hla.zero_grad()
+
+
+def test_the_cosine_router_scores_normalised_query_against_normalised_representatives(gdn):
+    hla = HLAMixer(gdn, mode="hla", chunk=8, bucket=4, gate_bias=0.5, router="cosine").double()
+    g_ = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        hla.router.copy_(torch.randn(hla.router.shape, generator=g_, dtype=torch.float64))
+    h, dk = hla.router.shape[:2]
+    q = torch.randn(1, 3, h, dk, generator=g_, dtype=torch.float64) * 7  # norms far from 1
+    reps = torch.randn(1, h, 2, 2, dk, generator=g_, dtype=torch.float64) * 0.1
+    logits = hla.gates(q, reps, torch.tensor([2, 2, 2]))
+    for head in range(h):
+        for t in range(3):
+            for c in range(2):
+                qn = q[0, t, head] / q[0, t, head].norm()
+                scores = [5 * (qn @ hla.router[head]) @ (r / r.norm()) for r in reps[0, head, c]]
+                expected = torch.logsumexp(torch.stack(scores), 0) - torch.log(torch.tensor(2.0)) + 0.5
+                torch.testing.assert_close(logits[0, head, t, c], expected.to(torch.float64))
+    with pytest.raises(ValueError, match=r"HLA router 'dot'; use one of \('raw', 'cosine'\)"):
+        HLAMixer(gdn, router="dot")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flash-linear-attention needs CUDA")

@@ -138,19 +138,36 @@ def batch(task, rng, n, length, sym, device="cpu"):
     return ids.to(device), labels.to(device)
 
 
-def build(mode: str, sym: Symbols, hidden: int, layers: int, heads: int, seed: int, chunk: int, bucket: int):
-    """An all-linear Qwen3.5-architecture model; `mode` gdn keeps transformers' GDN mixers."""
+# Training keys added after models were shipped, with the value every model shipped before them was trained with.
+SPEC_DEFAULTS = {"router": "raw", "gate_bias": 0.0}
+
+
+def build(
+    mode: str,
+    sym: Symbols,
+    hidden: int,
+    layers: int,
+    heads: int,
+    seed: int,
+    chunk: int,
+    bucket: int,
+    router: str = "raw",
+    gate_bias: float = 0.0,
+):
+    """An all-linear Qwen3.5-architecture model; `mode` gdn keeps transformers' GDN mixers. `gate_bias` is the
+    chunk-mixing gates' initial bias: 0 starts them at 0.5, a large one starts the model as GDN."""
     model = build_toy_model("qwen3_5", sym.vocab_size, hidden, "L" * layers, heads=heads, seed=seed)
     if mode != "gdn":
-        to_hla(model, mode, chunk=chunk, bucket=bucket, gate_bias=0.0)
+        to_hla(model, mode, chunk=chunk, bucket=bucket, gate_bias=gate_bias, router=router)
     return model
 
 
 def build_from_spec(spec: dict, device: str = "cpu"):
     """The untrained model and symbols of one hla training spec (mode, seed and the shape keys)."""
+    spec = SPEC_DEFAULTS | spec
     sym = Symbols.synthetic(spec["symbols"], spec["symbols"], 16)
     args = (spec["hidden"], spec["layers"], spec["heads"], spec["seed"], spec["chunk"], spec["bucket"])
-    return build(spec["mode"], sym, *args).to(device), sym
+    return build(spec["mode"], sym, *args, router=spec["router"], gate_bias=spec["gate_bias"]).to(device), sym
 
 
 def save_model(model, path):
@@ -169,7 +186,7 @@ def load_shipped(directory, spec: dict, device: str = "cpu"):
     check_manifest(directory)
     trained = directory / "training.json"
     if trained.is_file():
-        shipped = json.loads(trained.read_text())
+        shipped = SPEC_DEFAULTS | json.loads(trained.read_text())
         differ = {k: (shipped.get(k), v) for k, v in spec.items() if shipped.get(k) != v}
         if differ:
             said = ", ".join(f"{k}={a!r} (config: {b!r})" for k, (a, b) in sorted(differ.items()))
@@ -285,7 +302,8 @@ def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=N
     train(control, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0)
     measure(control, "gdn_finetuned")
     del control
-    to_hla(hm.model, "hla", chunk=settings["chunk"], bucket=settings["bucket"], gate_bias=a["gate_bias"])
+    router = settings.get("router", "raw")
+    to_hla(hm.model, "hla", chunk=settings["chunk"], bucket=settings["bucket"], gate_bias=a["gate_bias"], router=router)
     measure(hm.model, "converted")
     curve = train(hm.model, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0, reg=settings["reg"])
     measure(hm.model, "after")

@@ -14,7 +14,9 @@ gated_delta_rule   GDN over [B, T, H, d]: flash-linear-attention's kernel on CUD
                    transformers' plain PyTorch reference
 chunk_summaries    (A_c, B_c) per chunk and the per-token pieces, from the padded pass
 HLAMixer           drop-in replacement for a Qwen3.5 GatedDeltaNet mixer that shares its weights; `mode` is
-                   "hla" (router gates), "fixed" (learned gate per chunk distance) or "gdn" (gates 1)
+                   "hla" (router gates), "fixed" (learned gate per chunk distance) or "gdn" (gates 1);
+                   `router` is "raw" (the design's: raw query against raw-key representatives) or "cosine"
+                   (the same vectors l2-normalised, as the delta rule compares them)
 HLAState           the decode cache: conv tail, finished chunks' summaries, the unfinished chunk's tokens
 """
 
@@ -27,6 +29,9 @@ from torch import nn
 from hybridlens.models.families import FAMILIES, family_of
 
 MODES = ("hla", "fixed", "gdn")
+ROUTERS = ("raw", "cosine")
+COSINE_SCALE = 5.0  # a cosine router's scores span [-5, 5] before the bias, so a match can open a gate that a
+# mismatch shuts; raw scores instead grow with the vectors' norms, which SiLU leaves mostly positive
 GDN_SLOT = FAMILIES["qwen3_5"].linear  # where a Qwen3.5 decoder layer keeps its GatedDeltaNet (the adapter knows)
 
 
@@ -121,19 +126,23 @@ class HLAMixer(nn.Module):
         max_distance: int = 64,
         budget: float = 0.5,
         use_fla: bool = True,
+        router: str = "raw",
     ):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"HLA mode {mode!r}; use one of {MODES}")
+        if router not in ROUTERS:
+            raise ValueError(f"HLA router {router!r}; use one of {ROUTERS}")
         if chunk % bucket:
             raise ValueError(f"HLA chunk size {chunk} is not a multiple of the bucket size {bucket}")
-        self.gdn, self.mode, self.chunk, self.bucket, self.budget, self.use_fla = (
+        self.gdn, self.mode, self.chunk, self.bucket, self.budget, self.use_fla, self.router_kind = (
             gdn,
             mode,
             chunk,
             bucket,
             budget,
             use_fla,
+            router,
         )
         h, dk = gdn.num_v_heads, gdn.head_k_dim
         # Router: a per-head map of the raw query against bucket representatives (raw keys pooled by a
@@ -184,8 +193,12 @@ class HLAMixer(nn.Module):
     def gates(self, q_raw, reps, chunk_of):
         """Gate logits [B, H, T, n] of every token for every finished chunk (masking is the caller's)."""
         if self.mode == "hla":
+            cosine = self.router_kind == "cosine"
+            if cosine:
+                q_raw, reps = F.normalize(q_raw, dim=-1), F.normalize(reps, dim=-1)
             mapped = torch.einsum("bthd,hde->bhte", q_raw, self.router.to(q_raw.dtype))
-            scores = torch.einsum("bhte,bhnme->bhtnm", mapped, reps) / q_raw.shape[-1] ** 0.5
+            scores = torch.einsum("bhte,bhnme->bhtnm", mapped, reps)
+            scores = scores * COSINE_SCALE if cosine else scores / q_raw.shape[-1] ** 0.5
             nb = reps.shape[-2]
             logit = torch.logsumexp(scores, -1) - torch.log(torch.tensor(float(nb)))
             return logit + self.gate_bias.to(q_raw.dtype)[None, :, None, None]
