@@ -136,7 +136,7 @@ def test_gate_bias_sets_the_initial_gates_and_router_reaches_the_mixers(mode):
     gates = mixer.last_gates[mixer.last_gates > 0]  # earlier chunks only
     if mode == "fixed":  # distance logits start at 0: every gate is sigmoid(bias)
         torch.testing.assert_close(gates, torch.full_like(gates, torch.sigmoid(torch.tensor(2.0)).item()))
-    else:  # cosine scores lie in [-5, 5] around the bias
+    else:  # with the router map at its initial identity, cosine scores lie in [-5, 5] around the bias
         assert gates.min() >= torch.sigmoid(torch.tensor(-3.0)) and gates.max() <= torch.sigmoid(torch.tensor(7.0))
 
 

@@ -30,8 +30,8 @@ from hybridlens.models.families import FAMILIES, family_of
 
 MODES = ("hla", "fixed", "gdn")
 ROUTERS = ("raw", "cosine")
-# A cosine router's scores span [-5, 5] before the bias, so a match can open a gate that a mismatch shuts; raw
-# scores instead follow the vectors' norms, and SiLU leaves those vectors mostly positive.
+# With its map at the identity (as initialised) a cosine router's scores span [-5, 5] before the bias, so a match
+# can open a gate that a mismatch shuts; raw scores instead follow the vectors' norms, mostly positive after SiLU.
 COSINE_SCALE = 5.0
 GDN_SLOT = FAMILIES["qwen3_5"].linear  # where a Qwen3.5 decoder layer keeps its GatedDeltaNet (the adapter knows)
 
