@@ -17,7 +17,8 @@ with script_log(snakemake) as log:
     model, sym = build_from_spec(t, snakemake.params.device)
     log.info("%s seed %d: %d parameters", t["mode"], t["seed"], sum(p.numel() for p in model.parameters()))
     start = time.perf_counter()
-    curve = train(model, sym, t["train_length"], t["steps"], t["batch_size"], t["lr"], t["seed"], t["reg"])
+    args = t["train_length"], t["steps"], t["batch_size"], t["lr"], t["seed"]
+    curve = train(model, sym, *args, reg=t["reg"], reg_warmup=t["reg_warmup"])
     seconds = round(time.perf_counter() - start, 1)
     out_dir = Path(snakemake.output.weights).parent
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)

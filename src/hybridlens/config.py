@@ -25,7 +25,7 @@ TOY_TRAINING_KEYS = ["n_languages", "steps", "batch_size", "lr", "extra_queries"
 TOY_TRAINING_KEYS += ["advance", "done", "anneal", "target", "validate_every"]
 HLA_TRAINING_KEYS = ["symbols", "hidden", "layers", "heads", "chunk", "bucket"]
 HLA_TRAINING_KEYS += ["train_length", "steps", "batch_size", "lr", "reg"]
-HLA_TRAINING_KEYS += ["router", "gate_bias"]
+HLA_TRAINING_KEYS += ["router", "gate_bias", "reg_warmup"]
 
 
 class ConfigError(UserError, ValueError):

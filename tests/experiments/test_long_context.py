@@ -119,9 +119,26 @@ def test_a_model_shipped_before_the_router_keys_counts_as_raw_router_and_zero_bi
     save_model(model, tmp_path / "model.safetensors")
     (tmp_path / "training.json").write_text(json.dumps(SPEC))  # no router, no gate_bias: shipped before them
     ship_directory(sorted(tmp_path.glob("*.*")), tmp_path / "zoo", {"model": "hla/hla_s3"})
-    load_shipped(tmp_path / "zoo", SPEC | {"router": "raw", "gate_bias": 0.0})
+    load_shipped(tmp_path / "zoo", SPEC | {"router": "raw", "gate_bias": 0.0, "reg_warmup": 0.0})
     with pytest.raises(SourceError, match=r"router='raw' \(config: 'cosine'\)"):
         load_shipped(tmp_path / "zoo", SPEC | {"router": "cosine", "gate_bias": 0.0})
+
+
+def test_the_regularizers_join_after_the_warmup_fraction_of_the_steps():
+    def run(**reg):
+        model, sym = build_from_spec(SPEC | {"gate_bias": 2.0, "router": "cosine"})
+        return [c["loss"] for c in train(model, sym, 32, 4, 2, 3e-3, seed=3, **reg)], model.state_dict()
+
+    plain, plain_weights = run(reg=0.0)
+    late, late_weights = run(reg=1.0, reg_warmup=0.5)
+    never, never_weights = run(reg=1.0, reg_warmup=1.0)
+    assert never == plain and all(torch.equal(never_weights[k], w) for k, w in plain_weights.items())
+    # Two steps without them, so the third loss (after two updates) is the same; the fourth is not.
+    assert late[:3] == plain[:3] and late[3] != plain[3]
+    assert not torch.equal(
+        late_weights["model.layers.0.linear_attn.mixer.gate_bias"],
+        plain_weights["model.layers.0.linear_attn.mixer.gate_bias"],
+    )
 
 
 @pytest.mark.parametrize("mode", ["fixed", "hla"])

@@ -139,7 +139,7 @@ def batch(task, rng, n, length, sym, device="cpu"):
 
 
 # Training keys added after models were shipped, with the value every model shipped before them was trained with.
-SPEC_DEFAULTS = {"router": "raw", "gate_bias": 0.0}
+SPEC_DEFAULTS = {"router": "raw", "gate_bias": 0.0, "reg_warmup": 0.0}
 
 
 def build(
@@ -206,8 +206,21 @@ def _loss(model, ids, labels, reg: float):
     return loss + reg * sum(aux) if aux else loss, loss
 
 
-def train(model, sym: Symbols, length: int, steps: int, batch_size: int, lr: float, seed: int, reg: float = 0.01):
-    """Answer-only next-token training on a seeded mixture of TRAIN_TASKS; returns the loss curve."""
+def train(
+    model,
+    sym: Symbols,
+    length: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    reg: float = 0.01,
+    reg_warmup: float = 0.0,
+):
+    """Answer-only next-token training on a seeded mixture of TRAIN_TASKS; returns the loss curve.
+
+    HLA's regularizers join after the first `reg_warmup` fraction of the steps: pressing the gates shut before
+    the model has learned the task can keep a from-scratch run on its plateau."""
     rng = random.Random(seed)
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -215,7 +228,7 @@ def train(model, sym: Symbols, length: int, steps: int, batch_size: int, lr: flo
     curve = []
     for step in range(steps):
         ids, labels = batch(TRAIN_TASKS[step % len(TRAIN_TASKS)], rng, batch_size, length, sym, device)
-        total, loss = _loss(model, ids, labels, reg)
+        total, loss = _loss(model, ids, labels, reg if step >= reg_warmup * steps else 0.0)
         opt.zero_grad()
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
