@@ -26,6 +26,13 @@ def test_the_default_config_uses_only_shipped_models():
         assert (directory / "manifest.json").is_file(), directory
 
 
+def test_make_zoo_trains_the_hla_models_the_default_config_loads():
+    zoo = yaml.safe_load((ROOT / "config/presets/zoo.yaml").read_text())
+    validate(zoo, str(ROOT / "config/schema.yaml"))
+    keys = ["modes", "seeds", *HLA_TRAINING_KEYS]
+    assert {k: zoo["hla"][k] for k in keys} == {k: CONFIG["hla"][k] for k in keys}
+
+
 @pytest.mark.parametrize("name", TOYS)
 def test_a_shipped_toy_loads_and_still_clears_its_gate_on_held_out_prompts(name):
     directory = ROOT / CONFIG["models"][name]["source"]
