@@ -409,6 +409,10 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
     cell = " / ".join(f"{gates.set_index('chunk').loc[c, 'gate']:.3f}" for c in ("asked", "pairs", "filler"))
     row = next(line for line in page.splitlines() if line.startswith("| hla seed 1 | 0 |"))
     assert row.strip("| ").split(" | ")[-1] == cell, row
+    hla = pd.read_csv(run1 / "results/tables/hla_length.tsv", sep="\t").query("task == 'mqar' and mode == 'gdn'")
+    row = next(line for line in page.splitlines() if line.startswith("| gdn | mqar |"))
+    cells = [f"{r.accuracy:.3f} [{r.lo:.3f}, {r.hi:.3f}]" for r in hla.sort_values("length").itertuples()]
+    assert row.strip("| ").split(" | ")[2:] == cells, row
     circuit = pd.read_csv(run1 / "results/tables/circuit_transplant.tsv", sep="\t")
     section = page.split("## Encode–Address circuit")[1].split("## ")[0]
     for model in MODELS:
