@@ -114,10 +114,10 @@ def test_a_shipped_model_is_refused_when_its_spec_or_files_differ(tmp_path):
         load_shipped(tmp_path / "zoo", SPEC)
 
 
-def test_a_model_shipped_before_the_router_keys_counts_as_raw_router_and_zero_bias(tmp_path):
+def test_a_model_shipped_before_the_later_training_keys_counts_as_trained_with_their_old_values(tmp_path):
     model, _ = build_from_spec(SPEC)
     save_model(model, tmp_path / "model.safetensors")
-    (tmp_path / "training.json").write_text(json.dumps(SPEC))  # no router, no gate_bias: shipped before them
+    (tmp_path / "training.json").write_text(json.dumps(SPEC))  # no router, gate_bias, reg_warmup: shipped before them
     ship_directory(sorted(tmp_path.glob("*.*")), tmp_path / "zoo", {"model": "hla/hla_s3"})
     load_shipped(tmp_path / "zoo", SPEC | {"router": "raw", "gate_bias": 0.0, "reg_warmup": 0.0})
     with pytest.raises(SourceError, match=r"router='raw' \(config: 'cosine'\)"):
