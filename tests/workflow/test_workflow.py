@@ -278,8 +278,8 @@ def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-2000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
-    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "4"
-    assert counts["stitch_swap"] == "6" and "scale" not in counts and "hla_adapt" not in counts
+    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "5"
+    assert counts["stitch_swap"] == "6" and counts["scale"] == "1" and "hla_adapt" not in counts
     assert "hla_train" not in counts and "hla_scratch" not in counts  # the default run's, shipped
 
 
