@@ -219,8 +219,8 @@ def train(
 ):
     """Answer-only next-token training on a seeded mixture of TRAIN_TASKS; returns the loss curve.
 
-    HLA's regularizers join after the first `reg_warmup` fraction of the steps: from the first step they kept
-    one from-scratch seed in three on its plateau (docs/hla.md)."""
+    HLA's regularizers join after the first `reg_warmup` fraction of the steps, because with them from the
+    first step some from-scratch seeds never leave their plateau (docs/hla.md)."""
     rng = random.Random(seed)
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
