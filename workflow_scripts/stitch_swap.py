@@ -37,7 +37,7 @@ with script_log(snakemake) as log:
         )
         for name in json.loads(attrs["map_names"])
     }
-    means = {k: data[f"{w.receiver}.mean_write.{k}"] for k in stitch.TRANSFERS}
+    means = {k: data[f"{w.receiver}.mean_write.{k}"] for k in json.loads(attrs["mean_names"])}
     split = stitch.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
     prompts = stitch.run_prompts(split, seed, s, n_languages, "test")
     both = {"receiver": spans[w.receiver], "donor": spans[donor_name]}

@@ -10,6 +10,9 @@ from hybridlens.experiments.stitch import (
     CONDITIONS,
     TRANSFERS,
     RidgeMap,
+    _block_edit,
+    _logits,
+    _swap,
     align_positions,
     blocks,
     collect,
@@ -25,7 +28,7 @@ from hybridlens.experiments.stitch import (
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.toy import build_toy_model
-from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.retrieval import TOKEN_ROLES, make_prompts, token_roles
 from hybridlens.tasks.vocab import language_forms
 
 
@@ -102,13 +105,18 @@ def test_run_block_equals_the_models_own_layers(hm):
 
 def identity_maps(d):
     eye = RidgeMap(np.zeros(d), np.zeros(d), np.eye(d), 0.0, 1.0)
-    return {"address.in": eye, "address.out": eye, "encode_address.in": eye, "encode_address.out": eye, "query": eye}
+    blocks = ("address", "encode_address")
+    return {f"{b}.in": eye for b in blocks} | {f"{b}.out.{role}": eye for b in blocks for role in TOKEN_ROLES}
+
+
+def zero_means(d):
+    return {f"{b}.{role}": np.zeros(d) for b in ("address", "encode_address") for role in TOKEN_ROLES}
 
 
 def test_self_stitch_with_identity_maps_changes_nothing(hm):
     spans = {"address": (0, 1), "encode_address": (0, hm.n_layers - 1)}
     prompts = make_prompts(3, 12, 4, "chat", 2)
-    means = {k: np.zeros(hm.d_model) for k in TRANSFERS}
+    means = zero_means(hm.d_model)
     twin = HybridModel(copy.deepcopy(hm.model), hm.tokenizer)  # the donor's forward runs inside the receiver's
     maps = identity_maps(hm.d_model)
     rows = swap_rows(hm, twin, {"receiver": spans, "donor": spans}, maps, means, prompts, 2, 3)
@@ -119,6 +127,24 @@ def test_self_stitch_with_identity_maps_changes_nothing(hm):
             assert got[(block, "stitched", i)]["correct"] == got[(block, "intact", i)]["correct"]
     with pytest.raises(ValueError, match="load it twice"):
         swap_rows(hm, hm, {"receiver": spans, "donor": spans}, maps, means, prompts, 2, 3)
+
+
+def test_the_swap_maps_each_position_by_its_role(hm):
+    """A self-swap whose key map writes nothing and whose other maps are the identity is the model with the
+    block's write removed at the dictionary keys only."""
+    span = (0, 1)
+    twin = HybridModel(copy.deepcopy(hm.model), hm.tokenizer)
+    eye = RidgeMap(np.zeros(hm.d_model), np.zeros(hm.d_model), np.eye(hm.d_model), 0.0, 1.0)
+    m_out = {role: eye for role in TOKEN_ROLES} | {"key": RidgeMap(*(np.zeros(hm.d_model),) * 2, eye.weight * 0, 0, 1)}
+    p = make_prompts(4, 1, 4, "chat", 2)[0]
+    (ids,), (off,) = hm.tokenize([p.text])
+    ids, roles = torch.tensor([ids]), [token_roles(p, off)]
+    keys = torch.tensor([[r == "key" for r in roles[0]]])
+    role_ids = torch.tensor([[TOKEN_ROLES.index(r) for r in roles[0]]])
+    swapped = _logits(hm, ids, _block_edit(hm, *span, _swap(twin, span, eye, m_out, role_ids)))
+    removed = _logits(hm, ids, _block_edit(hm, *span, lambda h, out: torch.where(keys[..., None], h, out)))
+    torch.testing.assert_close(swapped, removed, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(removed, _logits(hm, ids), atol=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -153,17 +179,25 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
     np.testing.assert_allclose(data_r["resid.0"][: len(ids)], emb, atol=1e-6)
     maps, means, fraction = fit_maps(data_r, data_d, spans["receiver"], spans["donor"], (1e-2, 1, 100))
     assert fraction == 1.0  # one tokenizer: every position aligns
-    # A map's score is its R^2 on a store's rows: by hand for the query map (one row per prompt).
+    # A map's score is its R^2 on a store's rows: by hand for the final token's map (one row per prompt), the
+    # map of the query vector.
     scores = map_scores(maps, data_r, data_d, spans["receiver"], spans["donor"])
     x, y = (
         final_block_writes(data_d, spans["donor"]["address"]),
         final_block_writes(data_r, spans["receiver"]["address"]),
     )
-    pred = (x - maps["query"].mean_in) @ maps["query"].weight + maps["query"].mean_out
-    assert scores["query"] == pytest.approx(1 - ((y - pred) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+    final = maps["address.out.final"]
+    pred = (x - final.mean_in) @ final.weight + final.mean_out
+    assert scores["address.out.final"] == pytest.approx(1 - ((y - pred) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+    # Each role's mean write is the receiver's mean over its tokens of that role.
+    first, last = spans["receiver"]["encode_address"]
+    keys = data_r["role"] == TOKEN_ROLES.index("key")
+    np.testing.assert_allclose(
+        means["encode_address.key"], (data_r[f"resid.{last + 1}"] - data_r[f"resid.{first}"])[keys].mean(0), atol=1e-6
+    )
+    assert keys.sum() == 4 * len(fit)  # four dictionary keys per prompt, one token each
     assert maps["address.in"].weight.shape == (recv.d_model, donor.d_model)
-    assert maps["address.out"].weight.shape == (donor.d_model, recv.d_model)
-    assert maps["query"].weight.shape == (donor.d_model, recv.d_model) and means["query"].shape == (recv.d_model,)
+    assert {maps[f"address.out.{role}"].weight.shape for role in TOKEN_ROLES} == {(donor.d_model, recv.d_model)}
     test = split_prompts(split, 1, 10, 4, "chat", 2, "test")
     rows = swap_rows(recv, donor, spans, maps, means, test, 2, 1)
     intact = {r["item"]: r for r in rows if r["condition"] == "intact" and r["transfer"] == "address"}

@@ -7,6 +7,7 @@ from hybridlens.tasks.retrieval import (
     donor_host_pairs,
     make_prompts,
     token_positions,
+    token_roles,
 )
 from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
 
@@ -80,3 +81,18 @@ def test_token_positions_of_parts():
     assert words[token_positions(p, off, "question")[0]] == "Question"
     with pytest.raises(ValueError, match="unknown prompt part 'nope'"):
         token_positions(p, off, "nope")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_token_roles(fmt):
+    """Every dictionary key and value, the question's key and the final token get their role; the rest,
+    persona and template words included, are other."""
+    p = make_prompts(2, 1, 4, fmt)[0]
+    off = _enc([p.text])["offset_mapping"][0]
+    words, roles = p.text.split(), token_roles(p, off)
+    forms = language_forms(2)[p.language]
+    assert len(roles) == len(words) and roles[-1] == "final"
+    assert sorted(w for w, r in zip(words, roles, strict=True) if r == "key") == sorted(k for k, _ in p.pairs)
+    assert sorted(w for w, r in zip(words, roles, strict=True) if r == "value") == sorted(forms[v] for _, v in p.pairs)
+    assert [w for w, r in zip(words, roles, strict=True) if r == "question"] == [p.pairs[p.query][0]]
+    assert p.persona in {w for w, r in zip(words, roles, strict=True) if r == "other"}

@@ -2,17 +2,19 @@
 
 A *receiver* model gets a *donor* model's computation with no weight updated in either: its stream h at the
 input of a block is mapped into the donor's space, the donor's own layers run on it, and the donor's change is
-mapped back: h + M_out(B_donor(M_in h) - M_in h). The maps are closed-form ridge regressions fitted on aligned
-positions of prompts whose keys come from a fit split of the key vocabulary; every number is reported on
-prompts whose keys come from the disjoint test split.
+mapped back: h + M_out[role](B_donor(M_in h) - M_in h). The maps are closed-form ridge regressions fitted on
+aligned positions of prompts whose keys come from a fit split of the key vocabulary; every number is reported
+on prompts whose keys come from the disjoint test split. M_out is one map per token role (TOKEN_ROLES): the
+two models write a key, a value and the final token's query in codes that one linear map over every position
+does not carry at once, while a map per role does.
 
 align_positions  token pairs of two tokenizations of one text, matched by the character where each token ends
 fit_ridge        centred ridge map in float64, lambda from a log grid on a held-out fifth of the prompts
-RidgeMap         a fitted map; apply(), linear() for differences, shuffled() for the control, score() (R^2)
+RidgeMap         a fitted map; apply(), shuffled() for the control, score() (R^2)
 split_keys       seeded fit / test split of the keys both tokenizers keep as single tokens
 split_prompts    prompts from the fit or test split's keys; run_prompts: the ones a run's seed uses
 blocks           a model's Address block and Encode+Address span (first, last layer) from its circuit
-collect          the residual stream at the blocks' boundaries, every position, as arrays for the HDF5 store
+collect          the residual stream at the blocks' boundaries and each token's role, as arrays for the HDF5 store
 fit_maps         every map of one direction from two collected stores
 map_scores       each map's R^2 on two other stores (the test split's prompts, keys the maps never saw)
 run_block        a model's own layers first..last on a given stream, with the positions and masks it builds
@@ -29,7 +31,7 @@ from hybridlens.interventions.engine import Runner
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import batches_by_length, vocabulary
-from hybridlens.tasks.retrieval import donor_host_pairs, make_prompts
+from hybridlens.tasks.retrieval import TOKEN_ROLES, donor_host_pairs, make_prompts, token_roles
 
 TRANSFERS = ("query", "address", "encode_address")
 CONDITIONS = ("intact", "stitched", "shuffled_map", "mean_write", "ablated")
@@ -70,10 +72,6 @@ class RidgeMap:
             torch.as_tensor(a, dtype=x.dtype, device=x.device) for a in (self.weight, self.mean_in, self.mean_out)
         )
         return (x - mi) @ w + mo
-
-    def linear(self, dx: torch.Tensor) -> torch.Tensor:
-        """The map of a difference of two points (the means cancel)."""
-        return dx @ torch.as_tensor(self.weight, dtype=dx.dtype, device=dx.device)
 
     def score(self, x, y) -> float:
         """R^2 of the map's predictions of y from x, on rows it may not have been fitted on."""
@@ -172,11 +170,11 @@ def boundaries(spans: dict) -> list[int]:
 @torch.no_grad()
 def collect(hm, prompts, spans: dict, batch_size: int = 32):
     """Arrays for the HDF5 store: `resid.{b}` [tokens, d] for every boundary b (the stream entering layer b;
-    b = n_layers is the last layer's output) at every position, and per token its prompt, position and the
-    prompt-text character where it ends (-1 outside the text)."""
+    b = n_layers is the last layer's output) at every position, and per token its prompt, position, the
+    prompt-text character where it ends (-1 outside the text) and its role (index into TOKEN_ROLES)."""
     wanted = boundaries(spans)
     out = {b: [] for b in wanted}
-    prompt_of, position, end_char = [], [], []
+    prompt_of, position, end_char, role = [], [], [], []
     for chunk, ids, offsets in batches_by_length(hm, prompts, batch_size):
         modules = {b: hm.layers[b] if b < hm.n_layers else hm.layers[-1] for b in wanted}
         options = {b: {"retain_input": b < hm.n_layers, "retain_output": b == hm.n_layers} for b in wanted}
@@ -190,9 +188,15 @@ def collect(hm, prompts, spans: dict, batch_size: int = 32):
             prompt_of += [i] * len(off)
             position += list(range(len(off)))
             end_char += [e if s < e and 0 < e <= n_text else -1 for s, e in off]
+            role += _role_ids(prompts[i], off).tolist()
     data = {f"resid.{b}": np.concatenate(v) for b, v in out.items()}
     data |= {"prompt": np.array(prompt_of), "position": np.array(position), "end_char": np.array(end_char)}
+    data["role"] = np.array(role, dtype=np.int8)
     return data
+
+
+def _role_ids(prompt, offsets) -> np.ndarray:
+    return np.array([TOKEN_ROLES.index(r) for r in token_roles(prompt, offsets)], dtype=np.int8)
 
 
 def _rows_by_prompt(data) -> dict:
@@ -224,45 +228,56 @@ def final_rows(data):
     return np.array([rows[-1] for rows in _rows_by_prompt(data).values()])
 
 
-def final_block_writes(data, span):
-    """Each prompt's block write at its final token (stream after `last` minus before `first`), prompt order."""
-    rows, (first, last) = final_rows(data), span
+def block_writes(data, span, rows=slice(None)):
+    """The block's write (stream after `last` minus before `first`) at the store's `rows`."""
+    first, last = span
     return data[f"resid.{last + 1}"][rows] - data[f"resid.{first}"][rows]
 
 
+def final_block_writes(data, span):
+    """Each prompt's block write at its final token, in prompt order."""
+    return block_writes(data, span, final_rows(data))
+
+
 def map_rows(recv, donor, recv_spans: dict, donor_spans: dict):
-    """(rows, prompt of each row, aligned fraction): rows[name] = (x, y) of every map of one direction
-    (donor -> receiver), from two collected stores. in: the receiver's stream at the block's input -> the
-    donor's; out: the donor's stream at the block's output -> the receiver's; query: the donor's Address-block
-    write at the final token -> the receiver's (one row per prompt, so no groups)."""
+    """(rows, aligned fraction): rows[name] = (x, y, prompt of each row) of every map of one direction
+    (donor -> receiver), from two collected stores. {block}.in: the receiver's stream at the block's input ->
+    the donor's; {block}.out.{role}: the donor's block write -> the receiver's, at aligned tokens of that role
+    (the receiver's). The query vector is the Address block's write at the final token, so its map is
+    address.out.final."""
+    if "role" not in recv or "role" not in donor:
+        raise ValueError("activation stores written before token roles were recorded: rerun rule stitch_acts")
     ri, di, groups, fraction = aligned_rows(recv, donor)
     rows = {}
     for block in ("address", "encode_address"):
-        (rf, rl), (df, dl) = recv_spans[block], donor_spans[block]
-        rows[f"{block}.in"] = (recv[f"resid.{rf}"][ri], donor[f"resid.{df}"][di])
-        rows[f"{block}.out"] = (donor[f"resid.{dl + 1}"][di], recv[f"resid.{rl + 1}"][ri])
-    rows["query"] = (final_block_writes(donor, donor_spans["address"]), final_block_writes(recv, recv_spans["address"]))
-    return rows, groups, fraction
+        (rf, _), (df, _) = recv_spans[block], donor_spans[block]
+        rows[f"{block}.in"] = (recv[f"resid.{rf}"][ri], donor[f"resid.{df}"][di], groups)
+        x, y = block_writes(donor, donor_spans[block], di), block_writes(recv, recv_spans[block], ri)
+        for i, role in enumerate(TOKEN_ROLES):
+            at = recv["role"][ri] == i
+            rows[f"{block}.out.{role}"] = (x[at], y[at], groups[at])
+    return rows, fraction
 
 
 def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: int = 0):
     """(maps, means, aligned fraction) of one direction (donor -> receiver), keyed as map_rows' rows. means
-    are the receiver's mean writes (every position per block; the final token for query), the mean-write
-    control."""
-    rows, groups, fraction = map_rows(recv, donor, recv_spans, donor_spans)
-    maps = {name: fit_ridge(x, y, None if name == "query" else groups, lambdas, seed) for name, (x, y) in rows.items()}
-    means = {"query": rows["query"][1].mean(0)}
+    are the receiver's mean writes per block and role, {block}.{role}, over every token of the role: the
+    mean-write control."""
+    rows, fraction = map_rows(recv, donor, recv_spans, donor_spans)
+    maps = {name: fit_ridge(x, y, groups, lambdas, seed) for name, (x, y, groups) in rows.items()}
+    means = {}
     for block in ("address", "encode_address"):
-        rf, rl = recv_spans[block]
-        means[block] = (recv[f"resid.{rl + 1}"] - recv[f"resid.{rf}"]).mean(0)
+        writes = block_writes(recv, recv_spans[block])
+        for i, role in enumerate(TOKEN_ROLES):
+            means[f"{block}.{role}"] = writes[recv["role"] == i].mean(0)
     return maps, means, fraction
 
 
 def map_scores(maps: dict, recv, donor, recv_spans: dict, donor_spans: dict) -> dict:
     """{map name: R^2} of fitted maps on two other stores: on the test split's prompts, whose keys the maps
     never saw, this says whether the geometry the maps learned holds beyond the keys they were fitted on."""
-    rows, _, _ = map_rows(recv, donor, recv_spans, donor_spans)
-    return {name: maps[name].score(x, y) for name, (x, y) in rows.items()}
+    rows, _ = map_rows(recv, donor, recv_spans, donor_spans)
+    return {name: maps[name].score(x, y) for name, (x, y, _) in rows.items()}
 
 
 # --- running blocks ------------------------------------------------------------------------------------------
@@ -307,11 +322,24 @@ def _logits(hm, ids, edit=None):
     return out.logits[:, -1].float()
 
 
-def _swap(donor, span, m_in, m_out):
+def _by_role(roles, write):
+    """[B, T, D] writes: write(role, mask) at the positions of each role; roles [B, T] indexes TOKEN_ROLES."""
+    parts = {i: write(role, roles == i) for i, role in enumerate(TOKEN_ROLES) if (roles == i).any()}
+    first = next(iter(parts.values()))
+    out = first.new_zeros(*roles.shape, first.shape[-1])
+    for i, w in parts.items():
+        out[roles == i] = w
+    return out
+
+
+def _swap(donor, span, m_in, m_out, roles):
+    """replace(h, out) = h + M_out[role](B_donor(M_in h) - M_in h); m_out: role -> map."""
+
     def replace(h, _out):
         mapped = m_in.apply(h.float())
         changed = run_block(donor, *span, mapped).float().to(h.device) - mapped  # the two models may sit apart
-        return (h.float() + m_out.linear(changed)).to(h.dtype)
+        write = _by_role(roles.to(h.device), lambda role, at: m_out[role].apply(changed[at]))
+        return (h.float() + write).to(h.dtype)
 
     return replace
 
@@ -337,6 +365,7 @@ def swap_rows(
     the controls: shuffled maps, the receiver's mean write from the fit prompts, the block ablated.
 
     spans: {"receiver": {block: (first, last)}, "donor": {...}}; maps: fit_maps' maps; means: fit_maps' means.
+    Each position of a swapped block gets the output map and the mean write of its token role.
     donor_writes: the donor's Address-block writes at each prompt's final token, in prompt order, if a store
     of its streams on these prompts already holds them (final_block_writes); None = one donor forward here.
     """
@@ -348,8 +377,9 @@ def swap_rows(
         span = spans["donor"]["address"]
         donor_writes = final_block_writes(collect(donor, prompts, {"address": span}, batch_size), span)
     donor_writes = torch.as_tensor(donor_writes)
-    for chunk, _, _ in batches_by_length(receiver, [h for _, h in pairs], batch_size):
+    for chunk, _, offsets in batches_by_length(receiver, [h for _, h in pairs], batch_size):
         run = Runner(receiver, [pairs[i][1] for i in chunk], n_languages)
+        roles = torch.as_tensor(np.stack([_role_ids(pairs[i][1], off) for i, off in zip(chunk, offsets, strict=True)]))
         entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=run.ids.device)
         right, asked_by_donor = run.value_ids.gather(1, entries).T
 
@@ -371,22 +401,26 @@ def swap_rows(
         for transfer in TRANSFERS:
             record(transfer, "intact", intact)
         for block in ("address", "encode_address"):
-            span, m_in, m_out = spans["donor"][block], maps[f"{block}.in"], maps[f"{block}.out"]
-            mean = torch.as_tensor(means[block], dtype=torch.float32, device=receiver.device)
+            span, m_in = spans["donor"][block], maps[f"{block}.in"]
+            m_out = {role: maps[f"{block}.out.{role}"] for role in TOKEN_ROLES}
+            shuffled = {role: m.shuffled(seed + 1) for role, m in m_out.items()}
+            mean = {role: torch.as_tensor(means[f"{block}.{role}"], dtype=torch.float32) for role in TOKEN_ROLES}
+            mean_write = _by_role(roles, lambda role, at, mean=mean: mean[role].expand(int(at.sum()), -1))
             conditions = {
-                "stitched": _swap(donor, span, m_in, m_out),
-                "shuffled_map": _swap(donor, span, m_in.shuffled(seed), m_out.shuffled(seed + 1)),
-                "mean_write": lambda h, _out, mean=mean: (h.float() + mean).to(h.dtype),
+                "stitched": _swap(donor, span, m_in, m_out, roles),
+                "shuffled_map": _swap(donor, span, m_in.shuffled(seed), shuffled, roles),
+                "mean_write": lambda h, _out, w=mean_write: (h.float() + w.to(h.device)).to(h.dtype),
                 "ablated": lambda h, _out: h,
             }
             for condition, replace in conditions.items():
                 edit = _block_edit(receiver, *spans["receiver"][block], replace)
                 record(block, condition, _logits(receiver, run.ids, edit))
         writes = donor_writes[chunk].to(receiver.device)
-        mean = torch.as_tensor(means["query"], dtype=torch.float32, device=receiver.device)
+        mean = torch.as_tensor(means["address.final"], dtype=torch.float32, device=receiver.device)
+        query_map = maps["address.out.final"]
         conditions = {
-            "stitched": maps["query"].apply(writes),
-            "shuffled_map": maps["query"].shuffled(seed).apply(writes),
+            "stitched": query_map.apply(writes),
+            "shuffled_map": query_map.shuffled(seed).apply(writes),
             "mean_write": mean.expand(len(chunk), -1),
             "ablated": torch.zeros(len(chunk), receiver.d_model, device=receiver.device),
         }

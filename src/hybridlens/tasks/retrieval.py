@@ -4,6 +4,7 @@ Prompt                one item: text, answer, style (language, persona) and char
 make_prompts          n seeded prompts in one format
 clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's; two positions differ
 donor_host_pairs      (donor, host): same dictionary, different queried key
+token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
 FORMATS               the three text formats: chat, list, rev
 """
 
@@ -171,3 +172,19 @@ def token_positions(prompt: Prompt, offsets, part: str) -> list[int]:
         s, e = prompt.spans[name]
         out += [i for i, (a, b) in enumerate(offsets) if a < e and b > s and b > a]
     return sorted(set(out))
+
+
+TOKEN_ROLES = ("key", "value", "question", "final", "other")
+
+
+def token_roles(prompt: Prompt, offsets) -> list[str]:
+    """Each token's role in TOKEN_ROLES: a dictionary key or value, the question's key, the final token
+    (where the query is built), or other (persona, template and function words)."""
+    role_of_span = {"key": "key", "value": "value", "query": "question"}  # span names: key{i}, value{i}, query
+    roles = ["other"] * len(offsets)
+    for name in prompt.spans:
+        role = role_of_span.get(name.rstrip("0123456789"))
+        for i in token_positions(prompt, offsets, name) if role else ():
+            roles[i] = role
+    roles[-1] = "final"
+    return roles
