@@ -196,6 +196,9 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
         means["encode_address.key"], (data_r[f"resid.{last + 1}"] - data_r[f"resid.{first}"])[keys].mean(0), atol=1e-6
     )
     assert keys.sum() == 4 * len(fit)  # four dictionary keys per prompt, one token each
+    few = [collect(m, fit[:5], s) for m, s in ((recv, spans["receiver"]), (donor, spans["donor"]))]
+    with pytest.raises(ValueError, match="map address.out.question: 5 aligned tokens .* raise stitch.n_fit"):
+        fit_maps(*few, spans["receiver"], spans["donor"], (1e-2, 1))
     assert maps["address.in"].weight.shape == (recv.d_model, donor.d_model)
     assert {maps[f"address.out.{role}"].weight.shape for role in TOKEN_ROLES} == {(donor.d_model, recv.d_model)}
     test = split_prompts(split, 1, 10, 4, "chat", 2, "test")

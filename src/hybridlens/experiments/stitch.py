@@ -264,6 +264,11 @@ def fit_maps(recv, donor, recv_spans: dict, donor_spans: dict, lambdas, seed: in
     are the receiver's mean writes per block and role, {block}.{role}, over every token of the role: the
     mean-write control."""
     rows, fraction = map_rows(recv, donor, recv_spans, donor_spans)
+    for name, (x, _, _) in rows.items():
+        if len(x) < 10:
+            raise ValueError(
+                f"map {name}: {len(x)} aligned tokens in the fit prompts, at least 10 needed; raise stitch.n_fit"
+            )
     maps = {name: fit_ridge(x, y, groups, lambdas, seed) for name, (x, y, groups) in rows.items()}
     means = {}
     for block in ("address", "encode_address"):

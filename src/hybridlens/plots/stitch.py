@@ -18,7 +18,7 @@ CONDITION_LABELS = {
     "intact": "intact receiver",
     "stitched": "donor block via ridge maps",
     "shuffled_map": "shuffled maps",
-    "mean_write": "receiver's mean write",
+    "mean_write": "receiver's mean write (per role)",
     "ablated": "block ablated",
 }
 
