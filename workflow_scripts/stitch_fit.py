@@ -44,8 +44,12 @@ with script_log(snakemake) as log:
         for name, mean in means.items():
             datasets[f"{receiver}.mean_write.{name}"] = mean
     # The maps carry both stores' provenance, so the swap job can check them against the models it loads.
-    attrs = {"seed": int(w.seed), "map_names": json.dumps(list(maps)), "mean_names": json.dumps(list(means))}
-    attrs["spans"] = json.dumps(spans)
+    attrs = {
+        "seed": int(w.seed),
+        "map_names": json.dumps(list(maps)),
+        "mean_names": json.dumps(list(means)),
+        "spans": json.dumps(spans),
+    }
     for m, (_, a) in stores.items():
         attrs |= {f"{key}.{m}": a[key] for key in ("model_source", "config_hash", "tokenizer_hash")}
     write_store(snakemake.output.maps, datasets, attrs, "stitch_maps")

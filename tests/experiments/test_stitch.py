@@ -132,15 +132,17 @@ def test_self_stitch_with_identity_maps_changes_nothing(hm):
 def test_the_swap_maps_each_position_by_its_role(hm):
     """A self-swap whose key map writes nothing and whose other maps are the identity is the model with the
     block's write removed at the dictionary keys only."""
-    span = (0, 1)
+    span, d = (0, 1), hm.d_model
     twin = HybridModel(copy.deepcopy(hm.model), hm.tokenizer)
-    eye = RidgeMap(np.zeros(hm.d_model), np.zeros(hm.d_model), np.eye(hm.d_model), 0.0, 1.0)
-    m_out = {role: eye for role in TOKEN_ROLES} | {"key": RidgeMap(*(np.zeros(hm.d_model),) * 2, eye.weight * 0, 0, 1)}
+    eye = RidgeMap(np.zeros(d), np.zeros(d), np.eye(d), 0.0, 1.0)
+    m_out = {role: eye for role in TOKEN_ROLES} | {
+        "key": RidgeMap(np.zeros(d), np.zeros(d), np.zeros((d, d)), 0.0, 1.0)
+    }
     p = make_prompts(4, 1, 4, "chat", 2)[0]
     (ids,), (off,) = hm.tokenize([p.text])
-    ids, roles = torch.tensor([ids]), [token_roles(p, off)]
-    keys = torch.tensor([[r == "key" for r in roles[0]]])
-    role_ids = torch.tensor([[TOKEN_ROLES.index(r) for r in roles[0]]])
+    ids, roles = torch.tensor([ids]), token_roles(p, off)
+    keys = torch.tensor([[r == "key" for r in roles]])
+    role_ids = torch.tensor([[TOKEN_ROLES.index(r) for r in roles]])
     swapped = _logits(hm, ids, _block_edit(hm, *span, _swap(twin, span, eye, m_out, role_ids)))
     removed = _logits(hm, ids, _block_edit(hm, *span, lambda h, out: torch.where(keys[..., None], h, out)))
     torch.testing.assert_close(swapped, removed, atol=1e-4, rtol=1e-4)

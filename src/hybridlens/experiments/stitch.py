@@ -4,9 +4,9 @@ A *receiver* model gets a *donor* model's computation with no weight updated in 
 input of a block is mapped into the donor's space, the donor's own layers run on it, and the donor's change is
 mapped back: h + M_out[role](B_donor(M_in h) - M_in h). The maps are closed-form ridge regressions fitted on
 aligned positions of prompts whose keys come from a fit split of the key vocabulary; every number is reported
-on prompts whose keys come from the disjoint test split. M_out is one map per token role (TOKEN_ROLES): the
-two models write a key, a value and the final token's query in codes that one linear map over every position
-does not carry at once, while a map per role does.
+on prompts whose keys come from the disjoint test split. M_out is one map per token role (TOKEN_ROLES), because
+two models can write keys, values and the final token's query in codes that one linear map over every
+position does not carry at once (docs/stitch.md).
 
 align_positions  token pairs of two tokenizations of one text, matched by the character where each token ends
 fit_ridge        centred ridge map in float64, lambda from a log grid on a held-out fifth of the prompts
