@@ -87,7 +87,8 @@ rule stitch_swap:
 
 
 rule stitch_tables:
-    # Rates with bootstrap intervals per direction, transfer and condition, and the maps' fit report.
+    # Rates with bootstrap intervals per direction, transfer and condition, the maps' fit report, and what
+    # each model's Address write at the final token holds.
     input:
         rows=lambda w: expand(
             "results/stitch/{a}--{b}/items_{receiver}_s{seed}.csv",
@@ -105,6 +106,7 @@ rule stitch_tables:
     output:
         summary="results/stitch/{a}--{b}/summary.tsv",
         fit="results/stitch/{a}--{b}/fit.tsv",
+        query_content="results/stitch/{a}--{b}/query_content.tsv",
     log:
         "logs/stitch/{a}--{b}/tables.log",
     conda:

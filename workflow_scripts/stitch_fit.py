@@ -43,6 +43,11 @@ with script_log(snakemake) as log:
             )
         for name, mean in means.items():
             datasets[f"{receiver}.mean_write.{name}"] = mean
+    contents = []
+    for m, (data, _) in stores.items():
+        r2 = stitch.query_content(data, tests[m], spans[m]["address"], snakemake.params.lambdas)
+        contents += [{"model": m, "content": c, "r2_test": v} for c, v in r2.items()]
+        log.info("%s: Address write at the final token -> embedding of the %s", m, r2)
     # The maps carry both stores' provenance, so the swap job can check them against the models it loads.
     attrs = {
         "seed": int(w.seed),
@@ -54,4 +59,4 @@ with script_log(snakemake) as log:
         attrs |= {f"{key}.{m}": a[key] for key in ("model_source", "config_hash", "tokenizer_hash")}
     write_store(snakemake.output.maps, datasets, attrs, "stitch_maps")
     with open(snakemake.output.fit, "w") as f:
-        json.dump({"seed": int(w.seed), "maps": report}, f, indent=1)
+        json.dump({"seed": int(w.seed), "maps": report, "query_content": contents}, f, indent=1)

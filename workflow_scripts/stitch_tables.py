@@ -10,9 +10,11 @@ with script_log(snakemake):
 
     rows = pd.concat([pd.read_csv(f) for f in snakemake.input.rows]).to_dict("records")
     pd.DataFrame(stitch.summarize(rows)).to_csv(snakemake.output.summary, sep="\t", index=False)
-    fits = []
+    fits, contents = [], []
     for path in snakemake.input.fits:
         with open(path) as f:
             report = json.load(f)
         fits += [{"seed": report["seed"], **m} for m in report["maps"]]
+        contents += [{"seed": report["seed"], **c} for c in report["query_content"]]
     pd.DataFrame(fits).to_csv(snakemake.output.fit, sep="\t", index=False)
+    pd.DataFrame(contents).to_csv(snakemake.output.query_content, sep="\t", index=False)

@@ -20,6 +20,7 @@ from hybridlens.experiments.stitch import (
     fit_maps,
     fit_ridge,
     map_scores,
+    query_content,
     run_block,
     split_keys,
     split_prompts,
@@ -179,6 +180,11 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
     (ids,), _ = recv.tokenize([fit[0].text])
     emb = recv.model.get_input_embeddings()(torch.tensor(ids)).detach().numpy()
     np.testing.assert_allclose(data_r["resid.0"][: len(ids)], emb, atol=1e-6)
+    # Per prompt, the store holds the input embeddings of the queried key and of its answer.
+    p = fit[0]
+    key, answer = ids.index(recv.token_id(p.pairs[p.query][0])), ids.index(recv.token_id(p.answer))
+    np.testing.assert_allclose(data_r["embedding.key"][0], emb[key], atol=1e-6)
+    np.testing.assert_allclose(data_r["embedding.answer"][0], emb[answer], atol=1e-6)
     maps, means, fraction = fit_maps(data_r, data_d, spans["receiver"], spans["donor"], (1e-2, 1, 100))
     assert fraction == 1.0  # one tokenizer: every position aligns
     # A map's score is its R^2 on a store's rows: by hand for the final token's map (one row per prompt), the
@@ -210,6 +216,35 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
     answer = recv.token_id(language_forms(2)[test[0].language][test[0].pairs[test[0].query][1]])
     assert intact[0]["correct"] == int(logits.argmax() == answer)
     assert {(r["transfer"], r["condition"]) for r in rows} == {(t, c) for t in TRANSFERS for c in CONDITIONS}
+
+
+def test_query_content_tells_a_key_code_from_an_answer_code():
+    """A final-token write that is a linear image of the queried key's embedding scores R^2 ~ 1 for the key and
+    ~ 0 for an unrelated answer, on prompts the probe was not fitted on; an older store is refused."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(16, 24))
+
+    def store(n):
+        key, answer = rng.normal(size=(n, 16)), rng.normal(size=(n, 16))
+        n_tok = 3  # three tokens per prompt; the block (layers 0-1) writes only at the final one
+        out = np.zeros((n * n_tok, 24))
+        out[n_tok - 1 :: n_tok] = key @ w
+        return {
+            "resid.0": np.zeros_like(out),
+            "resid.2": out,
+            "prompt": np.repeat(np.arange(n), n_tok),
+            "position": np.tile(np.arange(n_tok), n),
+            "role": np.zeros(n * n_tok, dtype=np.int8),
+            "embedding.key": key,
+            "embedding.answer": answer,
+        }
+
+    r2 = query_content(store(200), store(50), (0, 1), (1e-4, 1e-2, 1))
+    assert r2["key"] > 0.99 and abs(r2["answer"]) < 0.2
+    old = store(20)
+    del old["embedding.key"]
+    with pytest.raises(ValueError, match="rerun rule stitch_acts"):
+        query_content(old, store(20), (0, 1), (1,))
 
 
 def test_self_stitch_through_fitted_maps_restores_the_intact_model(saved_models):

@@ -16,7 +16,7 @@ from wf import FAMILY_TOYS, MODELS, SNAKEMAKE, snakemake, workdir
 from hybridlens.experiments.extract import extract
 from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
 from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
-from hybridlens.experiments.stitch import TRANSFERS, fit_maps, map_scores
+from hybridlens.experiments.stitch import TRANSFERS, fit_maps, map_scores, query_content
 from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
 from hybridlens.models.source import SourceError
@@ -178,6 +178,9 @@ def test_stitch_tables_and_maps(run1):
     scores = map_scores(maps, *tests, *spans)
     got = fit[(fit["seed"] == 1) & (fit["receiver"] == "qwen_tiny")].set_index("map")["r2_test"]
     assert got.to_dict() == pytest.approx(scores, abs=1e-6)
+    contents = pd.read_csv(pair / "query_content.tsv", sep="\t")
+    got = contents[(contents["seed"] == 1) & (contents["model"] == "qwen_tiny")].set_index("content")["r2_test"]
+    assert got.to_dict() == pytest.approx(query_content(recv, tests[0], spans[0]["address"], cfg["lambdas"]), abs=1e-6)
     assert (run1 / "results/figures/stitch_qwen_tiny--granite_tiny.pdf").read_bytes()[:4] == b"%PDF"
 
 

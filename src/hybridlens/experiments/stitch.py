@@ -17,6 +17,7 @@ blocks           a model's Address block and Encode+Address span (first, last la
 collect          the residual stream at the blocks' boundaries and each token's role, as arrays for the HDF5 store
 fit_maps         every map of one direction from two collected stores
 map_scores       each map's R^2 on two other stores (the test split's prompts, keys the maps never saw)
+query_content    what a model's Address write at the final token holds: the queried key, or already its answer
 run_block        a model's own layers first..last on a given stream, with the positions and masks it builds
 swap_rows        per-item rows of the three transfers and their controls on test prompts
 """
@@ -31,9 +32,10 @@ from hybridlens.interventions.engine import Runner
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import batches_by_length, vocabulary
-from hybridlens.tasks.retrieval import TOKEN_ROLES, donor_host_pairs, make_prompts, token_roles
+from hybridlens.tasks.retrieval import TOKEN_ROLES, donor_host_pairs, make_prompts, token_positions, token_roles
 
 TRANSFERS = ("query", "address", "encode_address")
+QUERY_CONTENTS = ("key", "answer")
 CONDITIONS = ("intact", "stitched", "shuffled_map", "mean_write", "ablated")
 
 
@@ -171,10 +173,13 @@ def boundaries(spans: dict) -> list[int]:
 def collect(hm, prompts, spans: dict, batch_size: int = 32):
     """Arrays for the HDF5 store: `resid.{b}` [tokens, d] for every boundary b (the stream entering layer b;
     b = n_layers is the last layer's output) at every position, and per token its prompt, position, the
-    prompt-text character where it ends (-1 outside the text) and its role (index into TOKEN_ROLES)."""
+    prompt-text character where it ends (-1 outside the text) and its role (index into TOKEN_ROLES). Per prompt,
+    `embedding.key` and `embedding.answer` are the input embeddings of the queried key's last token in the
+    question and of its value's last token in the dictionary, for query_content."""
     wanted = boundaries(spans)
     out = {b: [] for b in wanted}
     prompt_of, position, end_char, role = [], [], [], []
+    content_ids = {c: [0] * len(prompts) for c in QUERY_CONTENTS}
     for chunk, ids, offsets in batches_by_length(hm, prompts, batch_size):
         modules = {b: hm.layers[b] if b < hm.n_layers else hm.layers[-1] for b in wanted}
         options = {b: {"retain_input": b < hm.n_layers, "retain_output": b == hm.n_layers} for b in wanted}
@@ -189,7 +194,13 @@ def collect(hm, prompts, spans: dict, batch_size: int = 32):
             position += list(range(len(off)))
             end_char += [e if s < e and 0 < e <= n_text else -1 for s, e in off]
             role += _role_ids(prompts[i], off).tolist()
+        for j, (i, off) in enumerate(zip(chunk, offsets, strict=True)):
+            for c, part in zip(QUERY_CONTENTS, ("query", f"value{prompts[i].query}"), strict=True):
+                content_ids[c][i] = int(ids[j, token_positions(prompts[i], off, part)[-1]])
     data = {f"resid.{b}": np.concatenate(v) for b, v in out.items()}
+    embed = hm.model.get_input_embeddings()
+    for c, token_ids in content_ids.items():
+        data[f"embedding.{c}"] = embed(torch.tensor(token_ids, device=hm.device)).float().cpu().numpy()
     data |= {"prompt": np.array(prompt_of), "position": np.array(position), "end_char": np.array(end_char)}
     data["role"] = np.array(role, dtype=np.int8)
     return data
@@ -239,14 +250,19 @@ def final_block_writes(data, span):
     return block_writes(data, span, final_rows(data))
 
 
+def _check_store(data):
+    if "role" not in data or "embedding.key" not in data:
+        raise ValueError("activation store written by an older hybridlens, without token roles: rerun rule stitch_acts")
+
+
 def map_rows(recv, donor, recv_spans: dict, donor_spans: dict):
     """(rows, aligned fraction): rows[name] = (x, y, prompt of each row) of every map of one direction
     (donor -> receiver), from two collected stores. {block}.in: the receiver's stream at the block's input ->
     the donor's; {block}.out.{role}: the donor's block write -> the receiver's, at aligned tokens of that role
     (the receiver's). The query vector is the Address block's write at the final token, so its map is
     address.out.final."""
-    if "role" not in recv or "role" not in donor:
-        raise ValueError("activation stores written before token roles were recorded: rerun rule stitch_acts")
+    _check_store(recv)
+    _check_store(donor)
     ri, di, groups, fraction = aligned_rows(recv, donor)
     rows = {}
     for block in ("address", "encode_address"):
@@ -283,6 +299,22 @@ def map_scores(maps: dict, recv, donor, recv_spans: dict, donor_spans: dict) -> 
     never saw, this says whether the geometry the maps learned holds beyond the keys they were fitted on."""
     rows, _ = map_rows(recv, donor, recv_spans, donor_spans)
     return {name: maps[name].score(x, y) for name, (x, y, _) in rows.items()}
+
+
+def query_content(fit, test, span, lambdas, seed: int = 0) -> dict:
+    """{content: R^2} of ridge maps from a block's final-token write to the input embedding of the queried key
+    and to that of its answer, fitted on one store's prompts and scored on another's (the test split's keys).
+
+    A query that names the key, for attention to find, and one that already holds the answer, because the
+    linear layers retrieved it themselves, are different codes; a map between two models can carry one only
+    into the same kind (docs/stitch.md)."""
+    _check_store(fit)
+    _check_store(test)
+    x, x_test = final_block_writes(fit, span), final_block_writes(test, span)
+    return {
+        c: fit_ridge(x, fit[f"embedding.{c}"], lambdas=lambdas, seed=seed).score(x_test, test[f"embedding.{c}"])
+        for c in QUERY_CONTENTS
+    }
 
 
 # --- running blocks ------------------------------------------------------------------------------------------
