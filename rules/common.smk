@@ -438,6 +438,9 @@ def summary_tables(wildcards=None):
         and "results/tables/split_prefill_retention.tsv",
         "scale": config["scale"]["models"] and "results/scale/sizes.tsv",
         "stitch": [f"results/stitch/{pair}/summary.tsv" for pair in stitch_pairs()],
+        "stitch_query": [
+            f"results/stitch/{pair}/query_content.tsv" for pair in stitch_pairs()
+        ],
         "hla_length": config["hla"]["modes"] and "results/tables/hla_length.tsv",
         "hla_gates": config["hla"]["modes"] and "results/tables/hla_gates.tsv",
         "hla_adapt": config["hla"]["adapt_models"] and "results/tables/hla_adapt.tsv",

@@ -99,6 +99,21 @@ def _stitch(paths):
     return "Stitching: the receiver's accuracy with the donor's Address block swapped in", _table(header, rows)
 
 
+def _query_content(paths):
+    rows = []
+    for path in paths:
+        t = _read(path)
+        for model, g in t.groupby("model", sort=False):
+            cells = [" / ".join(f"{v:.2f}" for v in g[g["content"] == c]["r2_test"]) for c in ("key", "answer")]
+            rows.append([model, *cells])
+    header = ["model", "R² of the queried key's embedding", "R² of the answer's embedding"]
+    heading = (
+        "Stitching: what each model's Address write at the final token holds "
+        "(R² on test prompts, one value per key split)"
+    )
+    return heading, _table(header, rows)
+
+
 def _hla(path, tasks=("macro",)):
     t = _read(path)
     lengths = sorted(t["length"].unique())
@@ -137,6 +152,7 @@ SECTIONS = {
     "split_prefill": _split,
     "scale": _scale,
     "stitch": _stitch,
+    "stitch_query": _query_content,
     "hla_length": _hla_scratch,
     "hla_gates": _gates,
     "hla_adapt": _hla,

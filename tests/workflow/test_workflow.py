@@ -404,6 +404,7 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         "Split-prefill",
         "Scale sweep",
         "Stitching",
+        "Stitching",
         "HLA",
         "HLA router",
         "HLA adaptation",
@@ -429,6 +430,14 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         )
         row = next(line for line in section.splitlines() if line.startswith(f"| {model} |"))
         assert row.split(" | ")[2] == cell, row
+    contents = pd.read_csv(run1 / "results/stitch/qwen_tiny--granite_tiny/query_content.tsv", sep="\t")
+    section = page.split("## Stitching: what each model's")[1].split("## ")[0]
+    for model, g in contents.groupby("model"):
+        cells = [
+            " / ".join(f"{v:.2f}" for v in g.query("content == @c").sort_values("seed")["r2_test"])
+            for c in ("key", "answer")
+        ]
+        assert f"| {model} | {cells[0]} | {cells[1]} |" in section, section
     sizes = pd.read_csv(run1 / "results/scale/sizes.tsv", sep="\t")
     for _, r in sizes.iterrows():
         assert f"| {r['model']} | {r['parameters']} | {r['verdict']} | {r['groups_needed']} |" in page
