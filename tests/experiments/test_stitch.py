@@ -243,7 +243,7 @@ def test_query_content_tells_a_key_code_from_an_answer_code():
     assert r2["key"] > 0.99 and abs(r2["answer"]) < 0.2
     old = store(20)
     del old["embedding.key"]
-    with pytest.raises(ValueError, match="rerun rule stitch_acts"):
+    with pytest.raises(ValueError, match="older hybridlens .* --forcerun stitch_acts"):
         query_content(old, store(20), (0, 1), (1,))
 
 

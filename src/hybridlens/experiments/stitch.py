@@ -252,7 +252,10 @@ def final_block_writes(data, span):
 
 def _check_store(data):
     if "role" not in data or "embedding.key" not in data:
-        raise ValueError("activation store written by an older hybridlens, without token roles: rerun rule stitch_acts")
+        raise ValueError(
+            "activation store written by an older hybridlens (no token roles or query embeddings): "
+            "rebuild the stores with: snakemake --cores all --forcerun stitch_acts"
+        )
 
 
 def map_rows(recv, donor, recv_spans: dict, donor_spans: dict):
