@@ -188,19 +188,18 @@ def collect(hm, prompts, spans: dict, batch_size: int = 32):
         for b in wanted:
             t = traces[b].input if b < hm.n_layers else traces[b].output
             out[b].append(t.float().reshape(-1, hm.d_model).cpu().numpy())
-        for i, off in zip(chunk, offsets, strict=True):
+        for j, (i, off) in enumerate(zip(chunk, offsets, strict=True)):
             n_text = len(prompts[i].text)
             prompt_of += [i] * len(off)
             position += list(range(len(off)))
             end_char += [e if s < e and 0 < e <= n_text else -1 for s, e in off]
             role += _role_ids(prompts[i], off).tolist()
-        for j, (i, off) in enumerate(zip(chunk, offsets, strict=True)):
             for c, part in zip(QUERY_CONTENTS, ("query", f"value{prompts[i].query}"), strict=True):
                 content_ids[c][i] = int(ids[j, token_positions(prompts[i], off, part)[-1]])
     data = {f"resid.{b}": np.concatenate(v) for b, v in out.items()}
     embed = hm.model.get_input_embeddings()
-    for c, token_ids in content_ids.items():
-        data[f"embedding.{c}"] = embed(torch.tensor(token_ids, device=hm.device)).float().cpu().numpy()
+    for c, token_ids in content_ids.items():  # a device_map may place the embedding away from hm.device
+        data[f"embedding.{c}"] = embed(torch.tensor(token_ids, device=embed.weight.device)).float().cpu().numpy()
     data |= {"prompt": np.array(prompt_of), "position": np.array(position), "end_char": np.array(end_char)}
     data["role"] = np.array(role, dtype=np.int8)
     return data
