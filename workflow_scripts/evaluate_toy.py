@@ -8,16 +8,18 @@ with script_log(snakemake) as log:
 
     from hybridlens.experiments.zoo import check_gate, evaluate_model
     from hybridlens.models.adapter import load_model
+    from hybridlens.tasks.retrieval import FORMATS
 
     torch.set_num_threads(snakemake.threads)
-    zoo, gate = snakemake.params.zoo, snakemake.params.gate
+    zoo, gate, gated = snakemake.params.zoo, snakemake.params.gate, snakemake.params.formats
     hm = load_model(snakemake.params.source)
-    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], snakemake.params.eval_pairs, zoo["n_languages"])
+    formats = list(dict.fromkeys([*FORMATS, *gated]))
+    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], snakemake.params.eval_pairs, zoo["n_languages"], formats)
     log.info("eval %s: %s", snakemake.wildcards.model, rows)
-    check_gate(snakemake.wildcards.model, rows, gate, zoo["formats"])
+    check_gate(snakemake.wildcards.model, rows, gate, gated)
     with open(snakemake.output.json, "w") as f:
         json.dump(
-            {"model": snakemake.wildcards.model, "gate": gate, "gated_formats": zoo["formats"], "rows": rows},
+            {"model": snakemake.wildcards.model, "gate": gate, "gated_formats": gated, "rows": rows},
             f,
             indent=1,
         )

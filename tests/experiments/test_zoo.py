@@ -85,8 +85,11 @@ def test_repeated_questions_draw_keys_with_replacement(tokenizer):
         training_batch(tokenizer, prompts, 6, random.Random(0), 2, "random")
 
 
-@pytest.mark.parametrize("fmt, syntax", [("chat", ["k", "=", "v", ","]), ("list", ["*", "k", "=", "v"])])
+@pytest.mark.parametrize(
+    "fmt, syntax", [("chat", ["k", "=", "v", ","]), ("list", ["*", "k", "=", "v"]), ("translate", ["k", "=", "v", ","])]
+)
 def test_recitals_repeat_the_dictionary_in_new_orders_with_every_value_a_target(tokenizer, fmt, syntax):
+    """Recitals write values in the context's language, which in translate is not the dictionary's."""
     prompts = make_prompts(3, 8, 4, fmt)
     ids, targets, answers = training_batch(tokenizer, prompts, 2, random.Random(0), 2, "recite")
     assert len(targets) == 2 + 2 * 4 and answers.tolist() == [True, False] + [True] * 8
@@ -149,6 +152,20 @@ def test_a_toy_spec_overrides_the_zoo_stopping_rules(tmp_path):
     assert train_and_save("qwen3_5", spec, {**ZOO, "done": 0.0, "anneal": 4}, tmp_path / "c", False)[-1]["step"] == 4
     assert train_and_save("qwen3_5", {**spec, "anneal": 3}, ZOO, tmp_path / "e", False)[-1]["step"] == ZOO["steps"] - 1
     assert train_and_save("qwen3_5", spec, ZOO, tmp_path / "d", False)[-1]["step"] == ZOO["steps"] - 1
+
+
+def test_a_toy_spec_sets_the_formats_it_trains_on(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3}
+
+    def weights(path):
+        return load_model(path).model.state_dict()
+
+    train_and_save("qwen3_5", {**spec, "formats": ["translate"]}, ZOO, tmp_path / "toy", False)
+    train_and_save("qwen3_5", spec, {**ZOO, "formats": ["translate"]}, tmp_path / "zoo", False)
+    train_and_save("qwen3_5", spec, ZOO, tmp_path / "chat", False)
+    toy, zoo, chat = weights(tmp_path / "toy"), weights(tmp_path / "zoo"), weights(tmp_path / "chat")
+    assert all(torch.equal(toy[k], zoo[k]) for k in toy)
+    assert not all(torch.equal(toy[k], chat[k]) for k in toy)
 
 
 def test_saved_model_reloads_through_the_adapter_with_identical_logits(tmp_path):

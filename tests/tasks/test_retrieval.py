@@ -96,3 +96,21 @@ def test_token_roles(fmt):
     assert sorted(w for w, r in zip(words, roles, strict=True) if r == "value") == sorted(forms[v] for _, v in p.pairs)
     assert [w for w, r in zip(words, roles, strict=True) if r == "question"] == [p.pairs[p.query][0]]
     assert p.persona in {w for w, r in zip(words, roles, strict=True) if r == "other"}
+
+
+def test_translate_writes_the_dictionary_in_language_0_and_asks_for_the_context_language():
+    """Only the header word carries the language, so the answer's language is produced, not copied."""
+    forms = language_forms(3)
+    prompts = make_prompts(5, 30, 8, "translate", n_languages=3)
+    assert {p.language for p in prompts} == {0, 1, 2}
+    for p in prompts:
+        key, concept = p.pairs[p.query]
+        chat = make_prompts(5, 30, 8, "chat", n_languages=3)[prompts.index(p)]
+        assert p.text.split()[:6] == chat.text.split()[:6]  # persona line and header in the context's language
+        assert [p.text[slice(*p.spans[f"value{i}"])] for i in range(8)] == [forms[0][v] for _, v in p.pairs]
+        assert p.answer == forms[p.language][concept] and p.text[slice(*p.spans["query"])] == key
+        assert (p.answer in p.text.split()) == (p.language == 0)
+        ids = TOK(p.text + " " + p.target, add_special_tokens=False)["input_ids"]
+        assert TOK.unk_token_id not in ids and len(ids) == len((p.text + " " + p.target).split())
+    with pytest.raises(ValueError, match="unknown task format 'gloss'"):
+        make_prompts(5, 1, 8, "gloss")

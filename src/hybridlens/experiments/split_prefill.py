@@ -139,7 +139,8 @@ def _row(hm, decode, it: Item, condition: str, toks: list[int]) -> dict:
         "condition": condition,
         "generated": hm.tokenizer.decode(toks).strip(),
         "expected": a.target,
-        "retrieval": int(toks[0] == hm.token_id(a.answer)),
+        # Content only: the queried value in any language, since the language is scored as style.
+        "retrieval": int(concept == a.pairs[a.query][1]),
         "language": int(lang == a.language),
         "persona": int(persona == a.persona),
         "in_context": int(in_context),

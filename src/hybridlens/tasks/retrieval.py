@@ -5,7 +5,8 @@ make_prompts          n seeded prompts in one format
 clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's; two positions differ
 donor_host_pairs      (donor, host): same dictionary, different queried key
 token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
-FORMATS               the three text formats: chat, list, rev
+FORMATS               the three copy formats, chat, list and rev: the answer is a word of the dictionary
+TASK_FORMATS          FORMATS and translate: the dictionary in language 0, the answer in the context's language
 """
 
 import random
@@ -14,6 +15,9 @@ from dataclasses import dataclass, field
 from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
 
 FORMATS = ("chat", "list", "rev")
+# In `translate` only the header word carries the context's language, so the answer's language is
+# produced, not copied: a style that can travel in the recurrent state while the value travels in the KV cache.
+TASK_FORMATS = (*FORMATS, "translate")
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class Prompt:
 def _render(fmt, pairs, query, language, persona, forms):
     """Build the text word by word, recording the character span of every entry part."""
     f = forms[language]
+    values = forms[0] if fmt == "translate" else f
     words, spans = [], {}
 
     def put(word, name=None):
@@ -53,13 +58,13 @@ def _render(fmt, pairs, query, language, persona, forms):
     put(".")
     if fmt == "rev":
         for i, (k, v) in enumerate(pairs):
-            put(f[v], f"value{i}")
+            put(values[v], f"value{i}")
             for w in ("is", "the", "value", "of"):
                 put(w)
             put(k, f"key{i}")
             put("," if i < len(pairs) - 1 else ".")
     else:
-        header = [f["Dictionary"], ":"] if fmt == "chat" else [f["Lookup"], f["table"], ":"]
+        header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [f["Dictionary"], ":"]
         for w in header:
             put(w)
         for i, (k, v) in enumerate(pairs):
@@ -67,8 +72,8 @@ def _render(fmt, pairs, query, language, persona, forms):
                 put("*")
             put(k, f"key{i}")
             put("=")
-            put(f[v], f"value{i}")
-            if fmt == "chat":
+            put(values[v], f"value{i}")
+            if fmt != "list":
                 put("," if i < len(pairs) - 1 else ".")
     q_words = question_words(fmt, pairs[query][0])
     q_start = put(q_words[0])
@@ -89,8 +94,8 @@ def question_words(fmt: str, key: str) -> list[str]:
 
 def make_prompt(pairs, query, fmt="chat", language=0, persona="pirate", n_languages=2) -> Prompt:
     """A prompt from an explicit dictionary; `pairs` are (key, value concept)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown task format {fmt!r}; use one of {FORMATS}")
+    if fmt not in TASK_FORMATS:
+        raise ValueError(f"unknown task format {fmt!r}; use one of {TASK_FORMATS}")
     forms = language_forms(n_languages)
     text, spans = _render(fmt, pairs, query, language, persona, forms)
     answer = forms[language][pairs[query][1]]
