@@ -16,7 +16,7 @@ from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
 
 FORMATS = ("chat", "list", "rev")
 # In `translate` only the header word carries the context's language, so the answer's language is
-# produced, not copied: a style that can travel in the recurrent state while the value travels in the KV cache.
+# produced, not copied: a style free to travel in another channel than the value.
 TASK_FORMATS = (*FORMATS, "translate")
 
 
