@@ -102,10 +102,10 @@ def test_translate_writes_the_dictionary_in_language_0_and_asks_for_the_context_
     """Only the header word carries the language, so the answer's language is produced, not copied."""
     forms = language_forms(3)
     prompts = make_prompts(5, 30, 8, "translate", n_languages=3)
+    chats = make_prompts(5, 30, 8, "chat", n_languages=3)  # the same seed draws the same dictionaries and styles
     assert {p.language for p in prompts} == {0, 1, 2}
-    for p in prompts:
+    for p, chat in zip(prompts, chats, strict=True):
         key, concept = p.pairs[p.query]
-        chat = make_prompts(5, 30, 8, "chat", n_languages=3)[prompts.index(p)]
         assert p.text.split()[:6] == chat.text.split()[:6]  # persona line and header in the context's language
         assert [p.text[slice(*p.spans[f"value{i}"])] for i in range(8)] == [forms[0][v] for _, v in p.pairs]
         assert p.answer == forms[p.language][concept] and p.text[slice(*p.spans["query"])] == key
