@@ -153,3 +153,16 @@ def test_edits_and_read_outs_that_cannot_run_are_refused_in_one_line(hm):
         fast.forward({site: torch.zeros_like})
     with pytest.raises(ValueError, match="a forward without logits must capture a site or read an attention"):
         fast.forward(logits=False)
+
+
+def test_an_entry_holds_its_key_and_value_and_in_hop_its_link_in_both_tables(hm):
+    """The reader's target: one lookup's two tokens, or both lookups' four in a two-hop prompt."""
+    for fmt, n_tokens in (("chat", 2), ("hop", 4)):
+        run = Runner(hm, make_prompts(5, 3, 4, fmt, 2), 2)
+        entry = [p.query for p in run.prompts]
+        for p, pos, ids in zip(run.prompts, run.entry_positions(entry), run.ids, strict=True):
+            key, concept = p.pairs[p.query]
+            words = hm.tokenizer.convert_ids_to_tokens(ids[pos].tolist())
+            assert len(pos) == n_tokens and words[0] == key and words[-1] == p.answer
+            if fmt == "hop":
+                assert words[1] == words[2] == p.text[slice(*p.spans[f"link{p.query}"])]

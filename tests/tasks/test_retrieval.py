@@ -5,6 +5,7 @@ from hybridlens.tasks.retrieval import (
     FORMATS,
     clean_corrupt_pairs,
     donor_host_pairs,
+    entry_parts,
     make_prompts,
     token_positions,
     token_roles,
@@ -18,7 +19,7 @@ def _enc(texts):
     return TOK(list(texts), add_special_tokens=False, return_offsets_mapping=True)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [*FORMATS, "hop"])
 def test_every_word_is_one_token_and_round_trips(fmt):
     prompts = make_prompts(0, 20, 16, fmt, n_languages=3)
     for p in prompts:
@@ -41,7 +42,7 @@ def test_generator_is_deterministic():
     assert make_prompts(7, 10, 8, "rev") != make_prompts(8, 10, 8, "rev")
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [*FORMATS, "hop"])
 def test_answer_is_the_queried_value_in_the_context_language(fmt):
     for p in make_prompts(1, 30, 8, fmt, n_languages=2):
         key, concept = p.pairs[p.query]
@@ -51,7 +52,7 @@ def test_answer_is_the_queried_value_in_the_context_language(fmt):
         assert p.marker == PERSONAS[p.persona]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [*FORMATS, "hop"])
 def test_clean_corrupt_differ_in_exactly_two_positions(fmt):
     for clean, corrupt in clean_corrupt_pairs(make_prompts(2, 30, 8, fmt), seed=3):
         a, b = _enc([clean.text])["input_ids"][0], _enc([corrupt.text])["input_ids"][0]
@@ -60,8 +61,9 @@ def test_clean_corrupt_differ_in_exactly_two_positions(fmt):
         assert corrupt.answer != clean.answer and corrupt.answer in clean.text.split()
 
 
-def test_donor_host_share_the_dictionary_and_differ_in_the_key():
-    for donor, host in donor_host_pairs(make_prompts(4, 30, 8, "chat"), seed=5):
+@pytest.mark.parametrize("fmt", ["chat", "hop"])
+def test_donor_host_share_the_dictionary_and_differ_in_the_key(fmt):
+    for donor, host in donor_host_pairs(make_prompts(4, 30, 8, fmt), seed=5):
         assert donor.pairs == host.pairs and donor.query != host.query
         a, b = _enc([donor.text])["input_ids"][0], _enc([host.text])["input_ids"][0]
         diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
@@ -114,3 +116,31 @@ def test_translate_writes_the_dictionary_in_language_0_and_asks_for_the_context_
         assert TOK.unk_token_id not in ids and len(ids) == len((p.text + " " + p.target).split())
     with pytest.raises(ValueError, match="unknown task format 'gloss'"):
         make_prompts(5, 1, 8, "gloss")
+
+
+def test_hop_answers_through_a_link_that_only_the_first_table_names():
+    """Key -> link in the first table, link -> value in the second, in another order: two lookups."""
+    prompts = make_prompts(6, 40, 8, "hop", n_languages=2)
+    forms = language_forms(2)
+    links_of_garlic = set()
+    for p in prompts:
+        words = p.text.split()
+        word = {name: p.text[slice(*span)] for name, span in p.spans.items()}
+        keys = [k for k, _ in p.pairs]
+        links = [word[f"link{i}"] for i in range(8)]
+        assert [word[f"key{i}"] for i in range(8)] == keys
+        assert len(set(links)) == 8 and not set(links) & set(keys) and set(links) <= set(KEYS)
+        assert [word[f"linkkey{i}"] for i in range(8)] == links
+        assert [word[f"value{i}"] for i in range(8)] == [forms[p.language][v] for _, v in p.pairs]
+        assert word[f"value{p.query}"] == p.answer and word["query"] == keys[p.query]
+        # the answer is nowhere next to the queried key: only the link joins them
+        assert words[words.index(keys[p.query]) + 2] == links[p.query] != p.answer
+        assert entry_parts(p, p.query) == [f"{n}{p.query}" for n in ("key", "link", "linkkey", "value")]
+        if "garlic" in keys:
+            links_of_garlic.add(links[keys.index("garlic")])
+    assert sum(sorted(range(8), key=lambda i: p.spans[f"linkkey{i}"][0]) != list(range(8)) for p in prompts) == 40
+    assert len(links_of_garlic) > 1  # links are drawn per dictionary, not fixed per key
+    p = prompts[0]
+    link = p.text[slice(*p.spans["link0"])]
+    roles = token_roles(p, _enc([p.text])["offset_mapping"][0])
+    assert [r for r, w in zip(roles, p.text.split(), strict=True) if w == link] == ["value", "key"]

@@ -26,7 +26,7 @@ import torch
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.interventions.patch import gather, ignore_name, position_index, retained, scatter_at, site_hook
 from hybridlens.models.adapter import parse_site
-from hybridlens.tasks.retrieval import Prompt, token_positions
+from hybridlens.tasks.retrieval import Prompt, entry_parts, token_positions
 from hybridlens.tasks.vocab import language_forms
 
 
@@ -63,9 +63,10 @@ class Runner:
         return [token_positions(p, o, part) for p, o in zip(self.prompts, self.offsets, strict=True)]
 
     def entry_positions(self, entry: list[int]):
-        """Token positions of one dictionary entry (key and value) per item; `entry` indexes pairs."""
+        """Token positions of one dictionary entry (key and value; in hop its links too) per item; `entry`
+        indexes pairs."""
         return [
-            token_positions(p, o, f"key{e}") + token_positions(p, o, f"value{e}")
+            [i for part in entry_parts(p, e) for i in token_positions(p, o, part)]
             for p, o, e in zip(self.prompts, self.offsets, entry, strict=True)
         ]
 

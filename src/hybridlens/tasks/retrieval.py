@@ -6,7 +6,8 @@ clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's
 donor_host_pairs      (donor, host): same dictionary, different queried key
 token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
 FORMATS               the three copy formats, chat, list and rev: the answer is a word of the dictionary
-TASK_FORMATS          FORMATS and translate: the dictionary in language 0, the answer in the context's language
+TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language)
+                      and hop (two tables, key -> link and link -> value: the answer takes two lookups)
 """
 
 import random
@@ -17,7 +18,23 @@ from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
 FORMATS = ("chat", "list", "rev")
 # In `translate` only the header word carries the context's language, so the answer's language is
 # produced, not copied: a style free to travel in another channel than the value.
-TASK_FORMATS = (*FORMATS, "translate")
+# In `hop` the first table maps each key to a link word and the second, in another order, maps the link
+# to the value: no single lookup answers, so the query for the second must be built from the first's result.
+TASK_FORMATS = (*FORMATS, "translate", "hop")
+
+
+def hop_links(pairs) -> tuple[list[str], list[int]]:
+    """Each entry's link word and the second table's entry order in a `hop` prompt.
+
+    Drawn from the dictionary's keys, so prompts over one dictionary (donor and host, clean and corrupt)
+    share both, while across dictionaries they are as good as random. Links are KEYS not in the dictionary.
+    """
+    keys = [k for k, _ in pairs]
+    rng = random.Random(" ".join(keys))
+    links = rng.sample([k for k in KEYS if k not in keys], len(keys))
+    order = list(range(len(keys)))
+    rng.shuffle(order)
+    return links, order
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,22 @@ def _render(fmt, pairs, query, language, persona, forms):
                 put(w)
             put(k, f"key{i}")
             put("," if i < len(pairs) - 1 else ".")
+    elif fmt == "hop":
+        links, order = hop_links(pairs)
+        for w in (f["Dictionary"], ":"):
+            put(w)
+        for i, (k, _) in enumerate(pairs):
+            put(k, f"key{i}")
+            put("=")
+            put(links[i], f"link{i}")
+            put("," if i < len(pairs) - 1 else ".")
+        for w in (f["Lookup"], f["table"], ":"):
+            put(w)
+        for n, i in enumerate(order):
+            put(links[i], f"linkkey{i}")
+            put("=")
+            put(values[pairs[i][1]], f"value{i}")
+            put("," if n < len(pairs) - 1 else ".")
     else:
         header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [f["Dictionary"], ":"]
         for w in header:
@@ -167,7 +200,7 @@ def token_positions(prompt: Prompt, offsets, part: str) -> list[int]:
     if part == "final":
         return [len(offsets) - 1]
     if part == "dict":
-        names = [n for n in prompt.spans if n.startswith(("key", "value"))]
+        names = [n for n in prompt.spans if n.startswith(("key", "value", "link"))]
     elif part in prompt.spans:
         names = [part]
     else:
@@ -179,13 +212,19 @@ def token_positions(prompt: Prompt, offsets, part: str) -> list[int]:
     return sorted(set(out))
 
 
+def entry_parts(prompt: Prompt, entry: int) -> list[str]:
+    """Span names of one dictionary entry: its key and value, and in hop the link in both tables."""
+    return [n for n in (f"key{entry}", f"link{entry}", f"linkkey{entry}", f"value{entry}") if n in prompt.spans]
+
+
 TOKEN_ROLES = ("key", "value", "question", "final", "other")
 
 
 def token_roles(prompt: Prompt, offsets) -> list[str]:
     """Each token's role in TOKEN_ROLES: a dictionary key or value, the question's key, the final token
     (where the query is built), or other (persona, template and function words)."""
-    role_of_span = {"key": "key", "value": "value", "query": "question"}  # span names: key{i}, value{i}, query
+    # span names: key{i}, value{i}, query; in hop also link{i} (a value of the first table), linkkey{i}
+    role_of_span = {"key": "key", "value": "value", "query": "question", "link": "value", "linkkey": "key"}
     roles = ["other"] * len(offsets)
     for name in prompt.spans:
         role = role_of_span.get(name.rstrip("0123456789"))
