@@ -19,7 +19,7 @@ from hybridlens.interventions.cache import prefill
 from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
-from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.retrieval import hop_links, make_prompts
 from hybridlens.tasks.vocab import language_forms
 
 ZOO = dict(
@@ -108,6 +108,20 @@ def test_recitals_repeat_the_dictionary_in_new_orders_with_every_value_a_target(
             reordered.append(keys != [k for k, _ in p.pairs])
         assert [words[t] for t in targets[2:].tolist()] == [w for w in recited if w in values.values()]
     assert any(reordered)  # recitals are reshuffled, not the prompt's order
+
+
+def test_a_hop_recital_is_the_first_table_with_links_as_targets_but_not_answers(tokenizer):
+    """The first lookup (key -> link) becomes a target; the curriculum still scores only the composed answer."""
+    prompts = make_prompts(5, 8, 4, "hop")
+    ids, targets, answers = training_batch(tokenizer, prompts, 2, random.Random(0), 2, "recite")
+    assert len(targets) == 2 + 2 * 4 and answers.tolist() == [True, False] + [False] * 8
+    for p, row in zip(prompts, ids, strict=True):
+        words = tokenizer.convert_ids_to_tokens(row.tolist())
+        assert words[targets[0]] == p.answer
+        link_of = dict(zip((k for k, _ in p.pairs), hop_links(p.pairs)[0], strict=True))
+        recited = [words[t - 2 : t + 1] for t in targets[2:].tolist()]
+        assert all(key in link_of and eq == "=" and link == link_of[key] for key, eq, link in recited)
+        assert sorted(key for key, _, _ in recited) == sorted(list(link_of) * 2)  # every key once per recital
 
 
 def test_short_training_lowers_the_loss(tokenizer):
