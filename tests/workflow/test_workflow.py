@@ -286,6 +286,17 @@ def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path
     assert "hla_train" not in counts and "hla_scratch" not in counts  # the default run's, shipped
 
 
+def test_hop_preset_trains_its_toy_and_analyses_it_on_hop_prompts(tmp_path):
+    cwd = workdir(tmp_path)
+    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/presets/hop.yaml"]
+    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-2000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == "1"
+    assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
+
+
 def test_toys_that_more_experiments_wait_on_train_first(tmp_path):
     """In the test config qwen_tiny feeds six experiments, granite_tiny four, falcon_tiny three, nemotron_tiny and
     next_tiny two, qwen_tiny_s one: a toy that finishes late holds up the most jobs behind it, so it trains first."""
