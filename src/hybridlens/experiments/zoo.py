@@ -48,9 +48,9 @@ def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int
     and its answer. Measured: the Granite toy stops at 1775 steps (176 s) instead of 2488 (309 s with
     repeat); the Falcon-H1 toy (seed 0, four heads) holds out 0.89 / 0.84 after 4500 (566 s), repeat 0.80
     after 4158 (~700 s). docs/zoo.md records the runs behind each toy's current settings.
-    A hop prompt's recital is its first table, key = link: the first lookup becomes a target of its own,
-    which the composed answer alone never made it (docs/circuit.md). Its links are not answers, so
-    the curriculum still advances on the composed answer.
+    A hop prompt's recital is its first table, key = link, so the first lookup is a target of its own:
+    trained on the composed answer alone, no hop toy learned it (docs/circuit.md). The links are not
+    answers, so the curriculum still advances on the composed answer.
     """
     if questions not in QUESTIONS:
         raise ValueError(f"unknown questions mode {questions!r}; use one of {QUESTIONS}")
