@@ -274,25 +274,24 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
     assert "mem_mb=29000" in swap and "gpu=1" in swap
 
 
-def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path):
-    cwd = workdir(tmp_path)
-    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/presets/science.yaml"]
-    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+def preset_jobs(tmp_path, preset):
+    """Job counts per rule in a dry run of the full workflow on a preset."""
+    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", f"config/presets/{preset}.yaml"]
+    res = subprocess.run(cmd, cwd=workdir(tmp_path), capture_output=True, text=True)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-2000:]
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    return dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+
+
+def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path):
+    counts = preset_jobs(tmp_path, "science")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "5"
     assert counts["stitch_swap"] == "6" and counts["scale"] == "1" and "hla_adapt" not in counts
     assert "hla_train" not in counts and "hla_scratch" not in counts  # the default run's, shipped
 
 
-def test_hop_preset_trains_its_toy_and_analyses_it_on_hop_prompts(tmp_path):
-    cwd = workdir(tmp_path)
-    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/presets/hop.yaml"]
-    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-2000:]
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
+    counts = preset_jobs(tmp_path, "hop")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == "1"
     assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
 
