@@ -86,7 +86,13 @@ def test_repeated_questions_draw_keys_with_replacement(tokenizer):
 
 
 @pytest.mark.parametrize(
-    "fmt, syntax", [("chat", ["k", "=", "v", ","]), ("list", ["*", "k", "=", "v"]), ("translate", ["k", "=", "v", ","])]
+    "fmt, syntax",
+    [
+        ("chat", ["k", "=", "v", ","]),
+        ("list", ["*", "k", "=", "v"]),
+        ("translate", ["k", "=", "v", ","]),
+        ("translate_late", ["k", "=", "v", ","]),
+    ],
 )
 def test_recitals_repeat_the_dictionary_in_new_orders_with_every_value_a_target(tokenizer, fmt, syntax):
     """Recitals write values in the context's language, which in translate is not the dictionary's."""

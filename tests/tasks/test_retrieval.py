@@ -118,6 +118,24 @@ def test_translate_writes_the_dictionary_in_language_0_and_asks_for_the_context_
         make_prompts(5, 1, 8, "gloss")
 
 
+def test_translate_late_puts_both_style_cues_after_an_identical_dictionary():
+    """Nothing before the question's cues differs by style, so no dictionary token can carry it."""
+    forms = language_forms(3)
+    late = make_prompts(5, 30, 8, "translate_late", n_languages=3)
+    translate = make_prompts(5, 30, 8, "translate", n_languages=3)
+    assert {p.language for p in late} == {0, 1, 2}
+    for p, t in zip(late, translate, strict=True):
+        words = p.text.split()
+        cues = words.index("Persona")
+        assert words[:cues] == ["Dictionary", ":", *t.text.split()[6:][: cues - 2]]  # translate's, neutral header
+        assert words[cues : cues + 6] == ["Persona", ":", p.persona, ".", forms[p.language]["Lookup"], ":"]
+        assert p.text[slice(*p.spans["question"])] == t.text[slice(*t.spans["question"])]
+        assert p.spans["persona"][0] > p.spans[f"value{len(p.pairs) - 1}"][1]
+        assert (p.answer, p.marker) == (t.answer, t.marker)
+        ids = TOK(p.text + " " + p.target, add_special_tokens=False)["input_ids"]
+        assert TOK.unk_token_id not in ids and len(ids) == len((p.text + " " + p.target).split())
+
+
 def test_hop_answers_through_a_link_that_only_the_first_table_names():
     """Key -> link in the first table, link -> value in the second, in another order: two lookups."""
     prompts = make_prompts(6, 40, 8, "hop", n_languages=2)

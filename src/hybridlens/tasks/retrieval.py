@@ -6,7 +6,9 @@ clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's
 donor_host_pairs      (donor, host): same dictionary, different queried key
 token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
 FORMATS               the three copy formats, chat, list and rev: the answer is a word of the dictionary
-TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language)
+TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language),
+                      translate_late (translate with the persona line and the language's header word after
+                      the dictionary)
                       and hop (two tables, key -> link and link -> value: the answer takes two lookups)
 """
 
@@ -18,9 +20,11 @@ from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
 FORMATS = ("chat", "list", "rev")
 # In `translate` only the header word carries the context's language, so the answer's language is
 # produced, not copied: a style free to travel in another channel than the value.
+# `translate_late` moves both style cues after the dictionary: linear layers write a preceding cue into
+# every dictionary token, where the KV cache stores it, so only a cue that comes later can be state-only.
 # In `hop` the first table maps each key to a link word and the second, in another order, maps the link
 # to the value: no single lookup answers, so the query for the second must be built from the first's result.
-TASK_FORMATS = (*FORMATS, "translate", "hop")
+TASK_FORMATS = (*FORMATS, "translate", "translate_late", "hop")
 
 
 def hop_links(pairs) -> tuple[list[str], list[int]]:
@@ -59,7 +63,8 @@ class Prompt:
 def _render(fmt, pairs, query, language, persona, forms):
     """Build the text word by word, recording the character span of every entry part."""
     f = forms[language]
-    values = forms[0] if fmt == "translate" else f
+    late = fmt == "translate_late"
+    values = forms[0] if fmt in ("translate", "translate_late") else f
     words, spans = [], {}
 
     def put(word, name=None):
@@ -69,10 +74,14 @@ def _render(fmt, pairs, query, language, persona, forms):
             spans[name] = (start, start + len(word))
         return start
 
-    for w in ("Persona", ":"):
-        put(w)
-    put(persona, "persona")
-    put(".")
+    def persona_line():
+        for w in ("Persona", ":"):
+            put(w)
+        put(persona, "persona")
+        put(".")
+
+    if not late:
+        persona_line()
     if fmt == "rev":
         for i, (k, v) in enumerate(pairs):
             put(values[v], f"value{i}")
@@ -97,7 +106,7 @@ def _render(fmt, pairs, query, language, persona, forms):
             put(values[pairs[i][1]], f"value{i}")
             put("," if n < len(pairs) - 1 else ".")
     else:
-        header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [f["Dictionary"], ":"]
+        header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [(values if late else f)["Dictionary"], ":"]
         for w in header:
             put(w)
         for i, (k, v) in enumerate(pairs):
@@ -108,6 +117,10 @@ def _render(fmt, pairs, query, language, persona, forms):
             put(values[v], f"value{i}")
             if fmt != "list":
                 put("," if i < len(pairs) - 1 else ".")
+    if late:
+        persona_line()
+        for w in (f["Lookup"], ":"):
+            put(w)
     q_words = question_words(fmt, pairs[query][0])
     q_start = put(q_words[0])
     for w in q_words[1:]:
