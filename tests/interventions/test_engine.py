@@ -8,6 +8,7 @@ from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import WRITE_SITES
 from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.tasks.vocab import language_forms
 
 
 def _runners(hm, seed=3, n=4):
@@ -166,3 +167,15 @@ def test_an_entry_holds_its_key_and_value_and_in_hop_its_link_in_both_tables(hm)
             assert len(pos) == n_tokens and words[0] == key and words[-1] == p.answer
             if fmt == "hop":
                 assert words[1] == words[2] == p.text[slice(*p.spans[f"link{p.query}"])]
+
+
+def test_a_translated_answer_is_scored_in_the_context_language_not_the_dictionary_s(hm):
+    """In translate formats the reader's target is a language-0 word, while the answer is in the context's."""
+    run = Runner(hm, make_prompts(5, 8, 4, "translate_late", 2), 2)
+    assert {p.language for p in run.prompts} == {0, 1}
+    entry = [p.query for p in run.prompts]
+    for p, pos, ids, values in zip(run.prompts, run.entry_positions(entry), run.ids, run.value_ids, strict=True):
+        in_context = hm.tokenizer.convert_ids_to_tokens(ids[pos[-1]].item())
+        assert hm.tokenizer.convert_ids_to_tokens(values[p.query].item()) == p.answer
+        assert in_context == language_forms(2)[0][p.pairs[p.query][1]]
+        assert (in_context == p.answer) == (p.language == 0)
