@@ -106,7 +106,7 @@ def _render(fmt, pairs, query, language, persona, forms):
             put(values[pairs[i][1]], f"value{i}")
             put("," if n < len(pairs) - 1 else ".")
     else:
-        header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [(values if late else f)["Dictionary"], ":"]
+        header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [(forms[0] if late else f)["Dictionary"], ":"]
         for w in header:
             put(w)
         for i, (k, v) in enumerate(pairs):
