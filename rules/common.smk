@@ -11,6 +11,7 @@ from hybridlens.config import (
     check_config,
     load_config,
 )
+from hybridlens.experiments.zoo import check_chain
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
 from hybridlens.store import sweep_temporaries
@@ -100,6 +101,8 @@ def check_sources():
                 f"{where}.toy.layout: {layout!r} has layers family {family.name} does not build; "
                 f"use only the letters {family.letters!r}"
             )
+        if is_toy(name):
+            check_chain(entry["source"]["toy"], f"{where}.toy")
         if is_realshape(name):
             path = Path(realshape_config(name))
             if not path.is_file():

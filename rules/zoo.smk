@@ -22,7 +22,7 @@ rule train_toy:
     threads: 1
     resources:
         mem_mb=2000,
-        runtime=30,
+        runtime=res("runtime", 30),
     params:
         training=training_params,
     script:

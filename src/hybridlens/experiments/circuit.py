@@ -67,11 +67,17 @@ def localize_reference(hm, settings: dict, n_languages: int):
     reference = {k: settings[k] for k in ("n_pairs", "format")}
     reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
     prompts, _ = prompt_set(hm, reference, n_languages)
-    return localize(hm, prompts, n_languages)
+    return localize(hm, prompts, n_languages, search=settings.get("reader", "any"))
 
 
-def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int = 0):
-    """Group ablations, reader ranking and the Encode / Address choice, with every number behind it."""
+def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int = 0, search: str = "any"):
+    """Group ablations, reader ranking and the Encode / Address choice, with every number behind it.
+
+    search="last" takes the reader among the last attention layer's heads: in a chain of readers the
+    ranking by attention to either table's entry can pick the first one, which does not give the answer.
+    """
+    if search not in ("any", "last"):
+        raise ValueError(f"unknown reader search {search!r}; use 'any' or 'last'")
     run = Runner(hm, prompts, n_languages)
     rng = random.Random(distractor_seed)
     target = [p.query for p in prompts]
@@ -114,7 +120,8 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
                 }
             )
     readers.sort(key=lambda r: (-r["attention_to_target"], -r["d_drop"]))
-    reader = readers[0]
+    last = max(hm.attention_layers())
+    reader = next(r for r in readers if search == "any" or r["layer"] == last)
 
     encode = _first_collapse(ablation, intact_acc.mean().item())
     address = _address(hm, run, reader, target_pos, attn)

@@ -5,9 +5,11 @@ train_toy         train a toy model on seeded retrieval prompts with an adaptive
 held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
 evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate        raise when retrieval is below the threshold
+check_chain       refuse a toy spec's `chain` key that cannot train, in one line
 train_and_save    build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
+import dataclasses
 import math
 import random
 
@@ -32,7 +34,16 @@ class GateFailed(UserError):
 QUESTIONS = ("distinct", "repeat", "recite")
 
 
-def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int, questions: str = "distinct"):
+def training_batch(
+    tokenizer,
+    prompts,
+    extra_queries: int,
+    rng,
+    n_languages: int,
+    questions: str = "distinct",
+    answer: str = "value",
+    link_questions: int = 0,
+):
     """Token ids [batch, pos], the positions of the tokens to train on, and which of them are answers.
 
     Each prompt is followed by its answer and marker, then by more retrieval targets from the same
@@ -51,11 +62,16 @@ def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int
     A hop prompt's recital is its first table, key = link, so the first lookup is a target of its own:
     trained on the composed answer alone, no hop toy learned it (docs/circuit.md). The links are not
     answers, so the curriculum still advances on the composed answer.
+    answer="link": a hop prompt is answered with the queried key's link, the first lookup alone (a chain
+    toy's first phase). link_questions: after everything else, that many questions asking a link's value,
+    the same entries in every row, each value a target but not an answer: the second lookup on its own.
     """
     if questions not in QUESTIONS:
         raise ValueError(f"unknown questions mode {questions!r}; use one of {QUESTIONS}")
+    if answer == "link":
+        prompts = [dataclasses.replace(p, answer=hop_links(p.pairs)[0][p.query]) for p in prompts]
     forms = language_forms(n_languages)
-    rows, targets, answers = [], None, None
+    sequences, targets, answers = [], None, None
     for p in prompts:
         words = p.text.split() + [p.answer, p.marker]
         tgt, ans = [len(words) - 2, len(words) - 1], [True, False]
@@ -81,8 +97,17 @@ def training_batch(tokenizer, prompts, extra_queries: int, rng, n_languages: int
                 words += [".", *question_words(p.fmt, p.pairs[i][0]), forms[p.language][p.pairs[i][1]], p.marker]
                 tgt += [len(words) - 2, len(words) - 1]
                 ans += [True, False]
-        rows.append(tokenizer.convert_tokens_to_ids(words))
+        sequences.append(words)
         targets, answers = tgt, ans
+    if link_questions:
+        picks = rng.sample(range(len(prompts[0].pairs)), link_questions)
+        for words, p in zip(sequences, prompts, strict=True):
+            links, asked = hop_links(p.pairs)[0], []
+            for i in picks:  # asked like the hop question, without its "Question :" header
+                words += [".", *question_words(p.fmt, links[i])[2:], forms[p.language][p.pairs[i][1]]]
+                asked.append(len(words) - 1)
+        targets, answers = targets + asked, answers + [False] * link_questions
+    rows = [tokenizer.convert_tokens_to_ids(words) for words in sequences]
     return torch.tensor(rows), torch.tensor(targets), torch.tensor(answers)
 
 
@@ -108,6 +133,8 @@ def train_toy(
     log_every: int = 25,
     progress: bool = True,
     keys=None,
+    answer: str = "value",
+    link_questions: int = 0,
 ):
     """AdamW on the answer and persona-marker tokens of seeded retrieval prompts.
 
@@ -125,6 +152,7 @@ def train_toy(
     than at the full rate.
 
     keys: the key words dictionaries draw from (default KEYS).
+    answer, link_questions: what the batches ask (training_batch); the validation always scores the value.
 
     Returns the training curve: rows {step, n_pairs, loss, accuracy}, and `validation` (the worst
     format's validation retrieval) on the rows where it was measured.
@@ -158,7 +186,9 @@ def train_toy(
         prompts = make_prompts(
             rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages, keys=keys or KEYS
         )
-        ids, targets, answers = training_batch(tokenizer, prompts, extra_queries, rng, n_languages, questions)
+        ids, targets, answers = training_batch(
+            tokenizer, prompts, extra_queries, rng, n_languages, questions, answer, link_questions
+        )
         logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every target
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
         opt.zero_grad()
@@ -242,6 +272,38 @@ def check_gate(name, rows, threshold, formats=FORMATS, label="gate", fix="train 
         )
 
 
+def check_chain(toy: dict, where: str):
+    """Raise UserError when a toy spec's `chain` key cannot train: its first phase answers with a hop
+    prompt's link, and its second needs layers above the frozen ones."""
+    chain = toy.get("chain")
+    if chain is None:
+        return
+    if set(toy.get("formats", ())) != {"hop"}:
+        raise UserError(f"{where}.chain: a chain toy trains on hop prompts alone; set formats: [hop]")
+    if not chain["freeze_below"] < len(toy["layout"]):
+        raise UserError(
+            f"{where}.chain.freeze_below: {chain['freeze_below']} freezes all {len(toy['layout'])} layers; "
+            "freeze the layers up to the first lookup's reader, fewer than the layout has"
+        )
+
+
+def freeze_first_lookup(model, tokenizer, n_languages: int, seed: int, freeze_below: int):
+    """Fix a chain toy's first lookup: freeze the token embedding and the layers below `freeze_below`.
+
+    The first phase never predicts a value word, so their tied embeddings collapse onto one direction
+    (docs/circuit.md); they are drawn afresh at the embedding's scale, so the second phase can tell them apart.
+    """
+    embedding = model.get_input_embeddings()
+    words = [form[v] for form in language_forms(n_languages) for v in VALUES]
+    ids = tokenizer.convert_tokens_to_ids(words)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weight = embedding.weight
+        weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * weight.std()
+    for module in (embedding, *HybridModel(model, tokenizer).layers[:freeze_below]):
+        module.requires_grad_(False)
+
+
 def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     """Train a toy model from its registry spec and zoo settings; save it where `out_dir` says.
 
@@ -260,14 +322,11 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     )
     if "embedding" in toy:
         share_embedding(model, **toy["embedding"])
-    curve = train_toy(
-        model,
-        tokenizer,
-        steps=toy.get("steps", zoo["steps"]),
+    seed, chain = toy.get("seed", 0), toy.get("chain")
+    settings = dict(
         stages=toy.get("stages", zoo["stages"]),
         batch_size=toy.get("batch_size", zoo["batch_size"]),
         lr=toy.get("lr", zoo["lr"]),
-        seed=toy.get("seed", 0),
         n_languages=zoo["n_languages"],
         extra_queries=toy.get("extra_queries", zoo["extra_queries"]),
         questions=toy.get("questions", zoo["questions"]),
@@ -275,10 +334,26 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         advance=zoo["advance"],
         done=toy.get("done", zoo["done"]),
         anneal=toy.get("anneal", zoo["anneal"]),
-        target=toy.get("target", zoo.get("target")),
         validate_every=zoo.get("validate_every", 100),
         progress=progress,
         keys=key_words(toy.get("keys")),
     )
+    curve = []
+    if chain:  # first phase: the link as the answer; then the first lookup is fixed and the value trained
+        curve = train_toy(model, tokenizer, chain["steps"], seed=seed, answer="link", **settings)
+        curve = [row | {"phase": "link"} for row in curve]
+        freeze_first_lookup(model, tokenizer, zoo["n_languages"], seed, chain["freeze_below"])
+        seed += 100
+    rows = train_toy(
+        model,
+        tokenizer,
+        toy.get("steps", zoo["steps"]),
+        seed=seed,
+        target=toy.get("target", zoo.get("target")),
+        link_questions=chain.get("link_questions", 2) if chain else 0,
+        **settings,
+    )
+    offset, tag = (curve[-1]["step"] + 1, {"phase": "value"}) if curve else (0, {})
+    curve += [row | tag | {"step": row["step"] + offset} for row in rows]
     save_checkpoint(out_dir, model, tokenizer, safe_serialization=True)
     return curve
