@@ -91,6 +91,20 @@ def test_localize_reports_evidence_for_every_choice(hm):
         assert max(map(int, e["layers"].split("-"))) < circuit["reader"]["layer"]
 
 
+def test_the_reader_search_can_be_held_to_the_last_attention_layer(hm):
+    prompts = make_prompts(0, 8, 4, "chat", 2)
+    _, _, readers = localize(hm, prompts, 2)
+    circuit, _, same = localize(hm, prompts, 2, search="last")
+    assert same == readers  # the ranking is reported whole; only the choice changes
+    best = next(r for r in readers if r["layer"] == hm.attention_layers()[-1])
+    assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (best["layer"], best["head"])
+    assert [e["group"] for e in circuit["address"]["evidence"]] == [
+        g for g, group in enumerate(hm.groups) if max(group) < best["layer"]
+    ]
+    with pytest.raises(ValueError, match="unknown reader search 'first'; use 'any' or 'last'"):
+        localize(hm, prompts, 2, search="first")
+
+
 def test_control_group_has_the_address_size():
     class Q:  # the adapter's groups for a LLLALLLA-style and a Falcon-style model
         groups = [[0, 1, 2], [4, 5, 6], [8]]

@@ -6,8 +6,10 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import AutoModelForCausalLM
 
+from hybridlens.errors import UserError
 from hybridlens.experiments.zoo import (
     GateFailed,
+    check_chain,
     check_gate,
     evaluate_model,
     held_out_prompts,
@@ -20,7 +22,7 @@ from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import hop_links, make_prompts
-from hybridlens.tasks.vocab import language_forms
+from hybridlens.tasks.vocab import VALUES, language_forms
 
 ZOO = dict(
     n_languages=2,
@@ -128,6 +130,67 @@ def test_a_hop_recital_is_the_first_table_with_links_as_targets_but_not_answers(
         recited = [words[t - 2 : t + 1] for t in targets[2:].tolist()]
         assert all(key in link_of and eq == "=" and link == link_of[key] for key, eq, link in recited)
         assert sorted(key for key, _, _ in recited) == sorted(list(link_of) * 2)  # every key once per recital
+
+
+def test_a_chain_toy_answers_with_the_link_first_and_then_asks_links_values(tokenizer):
+    """Phase one: the hop answer is the queried key's link. Phase two adds questions asking a link's value,
+    about the same entries in every row (the targets are shared), which are targets but not answers."""
+    prompts = make_prompts(5, 8, 4, "hop")
+    ids, targets, answers = training_batch(tokenizer, prompts, 1, random.Random(0), 2, "recite", "link", 2)
+    assert len(targets) == 2 + 4 + 2 and answers.tolist() == [True, False] + [False] * 6
+    asked = []
+    for p, row in zip(prompts, ids, strict=True):
+        words = tokenizer.convert_ids_to_tokens(row.tolist())
+        links = hop_links(p.pairs)[0]
+        assert words[targets[0]] == links[p.query] != p.answer
+        value_of = {link: language_forms(2)[p.language][v] for link, (_, v) in zip(links, p.pairs, strict=True)}
+        for t in targets[-2:].tolist():
+            link = words[t - 2]
+            assert words[t - 8 : t + 1] == [".", "What", "is", "the", "value", "of", link, "?", value_of[link]]
+        asked.append([links.index(words[t - 2]) for t in targets[-2:].tolist()])
+    assert len({tuple(a) for a in asked}) == 1 and len(set(asked[0])) == 2  # two entries, the same in every row
+
+
+def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_value_embeddings(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "seed": 3, "formats": ["hop"], "questions": "recite"}
+    spec |= {"steps": 6, "chain": {"steps": 5, "freeze_below": 2}}
+    curve = train_and_save("qwen3_5", spec, ZOO, tmp_path / "chain", False)
+    assert [(r["step"], r["phase"]) for r in curve] == [(0, "link"), (4, "link"), (5, "value"), (10, "value")]
+    chain = load_model(tmp_path / "chain").model
+    # The first phase alone, from the same initialisation: what train_and_save passes for this spec.
+    tokenizer = build_tokenizer(2)
+    first = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
+    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
+    settings |= {"formats": ["hop"], "questions": "recite", "progress": False}
+    train_toy(first, tokenizer, 5, seed=3, answer="link", **settings)
+    for layer, (a, b) in enumerate(zip(HybridModel(first, tokenizer).layers, chain.model.layers, strict=True)):
+        same = all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+        assert same == (layer < 2), layer
+    values = tokenizer.convert_tokens_to_ids([f[v] for f in language_forms(2) for v in VALUES])
+    kept = torch.ones(len(tokenizer), dtype=torch.bool)
+    kept[values] = False
+    e_first, e_chain = first.get_input_embeddings().weight, chain.get_input_embeddings().weight
+    assert torch.equal(e_first[kept], e_chain[kept]) and not torch.equal(e_first[~kept], e_chain[~kept])
+    assert e_chain[~kept].std().item() == pytest.approx(e_first.std().item(), rel=0.2)  # drawn at its scale
+
+
+@pytest.mark.parametrize(
+    "change, line",
+    [
+        ({"formats": ["chat", "hop"]}, "m.toy.chain: a chain toy trains on hop prompts alone; set formats: [hop]"),
+        (
+            {"chain": {"steps": 5, "freeze_below": 4}},
+            "m.toy.chain.freeze_below: 4 freezes all 4 layers; freeze the layers up to the first lookup's reader",
+        ),
+    ],
+    ids=["formats", "freeze-all"],
+)
+def test_a_chain_that_cannot_train_is_refused_in_one_line(change, line):
+    spec = {"hidden_size": 16, "layout": "LALA", "formats": ["hop"], "chain": {"steps": 5, "freeze_below": 2}}
+    check_chain(spec, "m.toy")  # this one trains
+    with pytest.raises(UserError) as err:
+        check_chain(spec | change, "m.toy")
+    assert str(err.value).startswith(line)
 
 
 def test_short_training_lowers_the_loss(tokenizer):

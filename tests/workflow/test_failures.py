@@ -90,6 +90,15 @@ def test_a_hub_id_that_cannot_be_checked_is_a_note_and_the_run_goes_on(tmp_path)
     )
 
 
+def test_a_chain_toy_that_cannot_train_is_refused_before_any_job(tmp_path):
+    cwd = workdir(tmp_path)
+    toy = {"hidden_size": 16, "layout": "LALA", "formats": ["chat"], "chain": {"steps": 5, "freeze_below": 2}}
+    edit_config(cwd, lambda c: c["models"].update(mine={"family": "qwen3_5", "source": {"toy": toy}}))
+    res = snakemake(cwd, "-n")
+    line = "config models.mine.source.toy.chain: a chain toy trains on hop prompts alone; set formats: [hop]"
+    assert res.returncode != 0 and line in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
+
+
 def dry_run(cwd, configfile):
     """snakemake -n with a --configfile, or with the default config/config.yaml."""
     if configfile:

@@ -296,6 +296,12 @@ def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
     assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
 
 
+def test_chain_preset_trains_its_three_toys_and_runs_only_their_experiments(tmp_path):
+    counts = preset_jobs(tmp_path, "chain")
+    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == "3"
+    assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
+
+
 def test_style_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
     counts = preset_jobs(tmp_path, "style")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
