@@ -149,6 +149,8 @@ def test_a_chain_toy_answers_with_the_link_first_and_then_asks_links_values(toke
             assert words[t - 8 : t + 1] == [".", "What", "is", "the", "value", "of", link, "?", value_of[link]]
         asked.append([links.index(words[t - 2]) for t in targets[-2:].tolist()])
     assert len({tuple(a) for a in asked}) == 1 and len(set(asked[0])) == 2  # two entries, the same in every row
+    with pytest.raises(ValueError, match="unknown answer 'links'; use 'value' or 'link'"):
+        training_batch(tokenizer, prompts, 1, random.Random(0), 2, "recite", "links")
 
 
 def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_value_embeddings(tmp_path):

@@ -68,6 +68,8 @@ def training_batch(
     """
     if questions not in QUESTIONS:
         raise ValueError(f"unknown questions mode {questions!r}; use one of {QUESTIONS}")
+    if answer not in ("value", "link"):
+        raise ValueError(f"unknown answer {answer!r}; use 'value' or 'link'")
     if answer == "link":
         prompts = [dataclasses.replace(p, answer=hop_links(p.pairs)[0][p.query]) for p in prompts]
     forms = language_forms(n_languages)
