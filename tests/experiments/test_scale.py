@@ -5,7 +5,7 @@ import torch
 
 from hybridlens.experiments import scale
 from hybridlens.experiments.circuit import triples
-from hybridlens.interventions.engine import Runner
+from hybridlens.interventions.engine import Edit, Runner, attention_to
 from hybridlens.tasks.retrieval import make_prompts
 
 
@@ -105,8 +105,31 @@ def test_blocking_rows_pair_every_earlier_reader_with_every_later_one(hm):
     readers = [{"layer": layer, "head": 0} for layer in layers]
     rows = scale.blocking_rows(hm, hosts, items, readers)
     pairs = {(r["blocked"], r["reader"]) for r in rows}
-    assert pairs == {(f"r{a}.0", f"r{b}.0") for i, a in enumerate(layers) for b in layers[i + 1 :]}
+    # Every earlier reader is blocked twice: its best head, and every head of its layer.
+    later = [(a, b) for i, a in enumerate(layers) for b in layers[i + 1 :]]
+    assert pairs == {(f"r{a}.{block}", f"r{b}.0") for a, b in later for block in ("0", "*")}
     summary = scale.summarize_blocking(rows)
     assert set(summary[0]) == set(scale.BLOCKING_COLUMNS)
     for s in summary:
         assert s["attention_intact_lo"] <= s["attention_intact"] <= s["attention_intact_hi"]
+
+
+def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
+    """With every head blocked at the final position, an attention layer without an output bias writes nothing
+    there: the later reader sees what a zero edit of the layer's write gives, and something else than with one
+    head blocked."""
+    layers = hm.attention_layers()
+    if len(layers) < 2 or hm.kinds[layers[0]] != "attention":
+        pytest.skip("needs an attention-only layer before another reader")
+    early, late = layers[0], layers[1]
+    items = triples(hm, 2, 4, 4, "chat", 2)
+    hosts = Runner(hm, [t.host for t in items], 2)
+    readers = [{"layer": early, "head": 0}, {"layer": late, "head": 0}]
+    rows = scale.blocking_rows(hm, hosts, items, readers)
+    whole = torch.tensor([r["attention_blocked"] for r in rows if r["blocked"] == f"r{early}.*"])
+    one = torch.tensor([r["attention_blocked"] for r in rows if r["blocked"] == f"r{early}.0"])
+    edit = {f"layers.{early}.mixer_out": Edit([-1], torch.zeros_like)}
+    _, attn, _ = hosts.forward(edit, attention=[late], logits=False)
+    zeroed = attention_to(attn[late], hosts.entry_positions([t.host.query for t in items]))[:, 0]
+    torch.testing.assert_close(whole, zeroed, atol=0, rtol=0)
+    assert (one - zeroed).abs().max() > 1e-6  # random weights: the final write barely moves a later query

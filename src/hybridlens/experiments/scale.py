@@ -10,7 +10,8 @@ readers         one reader per attention layer (its best head) whose attention t
 group_sets      the group sets transplanted: every group; pairs and runs before the last attention layer
 profile_rows    per-item removal profile (accuracy, D, main reader's attention) for every group
 transplant_rows per-item final-position transplants of every group set, with every reader's attention
-blocking_rows   per-item attention of a later reader with an earlier reader blocked at the final position
+blocking_rows   per-item attention of a later reader with an earlier reader (its head, its layer) blocked at the
+                final position
 sweep           all of the above over batches of one token length
 summarize_*     means with bootstrap intervals over the items of all seeds; verdict
 """
@@ -130,10 +131,12 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list,
 
 @torch.no_grad()
 def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
-    """For each earlier/later reader pair: the later reader's attention to the target, earlier one blocked.
+    """For each earlier/later reader pair: the later reader's attention to the target, earlier reader blocked.
 
-    Blocking zeroes the earlier head's output (the input of its o_proj) at the final position only, so
-    the later reader loses whatever the earlier reader wrote there and keeps everything else.
+    Blocking zeroes the earlier reader's output (the input of its o_proj) at the final position only, so the
+    later reader loses whatever the earlier reader wrote there and keeps everything else. It is done twice: the
+    best head alone ("r3.1") and every head of its layer ("r3.*"), because heads of one layer can read the same
+    thing, and then blocking one head leaves the others' writes standing in for it.
     """
     b_entry = [t.host.query for t in items]
     b_pos = hosts.entry_positions(b_entry)
@@ -142,24 +145,28 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     for early, late in itertools.combinations(reader_list, 2):
         if early["layer"] == late["layer"]:
             continue
-        if early["layer"] not in blocked:  # one forward per blocked reader reads every later one
-            later = sorted({r["layer"] for r in reader_list if r["layer"] > early["layer"]})
-            off = {early["layer"]: [early["head"]]}
-            blocked[early["layer"]] = hosts.forward(heads_off_final=off, attention=later, logits=False)[1]
-        attn = blocked[early["layer"]]
+        n_heads = hm.head_mixer(early["layer"])[1]
+        blocks = {f"r{early['layer']}.{early['head']}": [early["head"]]}
+        if n_heads > 1:
+            blocks[f"r{early['layer']}.*"] = list(range(n_heads))
         before = attention_to(intact_attn[late["layer"]], b_pos)[:, late["head"]]
-        after = attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
-        for i, t in enumerate(items):
-            rows.append(
-                {
-                    "seed": t.seed,
-                    "item": t.index,
-                    "blocked": f"r{early['layer']}.{early['head']}",
-                    "reader": f"r{late['layer']}.{late['head']}",
-                    "attention_intact": before[i].item(),
-                    "attention_blocked": after[i].item(),
-                }
-            )
+        for label, heads in blocks.items():
+            if label not in blocked:  # one forward per block reads every later reader
+                later = sorted({r["layer"] for r in reader_list if r["layer"] > early["layer"]})
+                off = {early["layer"]: heads}
+                blocked[label] = hosts.forward(heads_off_final=off, attention=later, logits=False)[1]
+            after = attention_to(blocked[label][late["layer"]], b_pos)[:, late["head"]]
+            for i, t in enumerate(items):
+                rows.append(
+                    {
+                        "seed": t.seed,
+                        "item": t.index,
+                        "blocked": label,
+                        "reader": f"r{late['layer']}.{late['head']}",
+                        "attention_intact": before[i].item(),
+                        "attention_blocked": after[i].item(),
+                    }
+                )
     return rows
 
 
