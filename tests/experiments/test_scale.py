@@ -116,8 +116,8 @@ def test_blocking_rows_pair_every_earlier_reader_with_every_later_one(hm):
 
 def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
     """With every head blocked at the final position, an attention layer without an output bias writes nothing
-    there: the later reader sees what a zero edit of the layer's write gives, and something else than with one
-    head blocked."""
+    there: the later reader and the answer see what a zero edit of the layer's write gives, and the reader
+    something else than with one head blocked."""
     layers = hm.attention_layers()
     if len(layers) < 2 or hm.kinds[layers[0]] != "attention":
         pytest.skip("needs an attention-only layer before another reader")
@@ -129,7 +129,15 @@ def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
     whole = torch.tensor([r["attention_blocked"] for r in rows if r["blocked"] == f"r{early}.*"])
     one = torch.tensor([r["attention_blocked"] for r in rows if r["blocked"] == f"r{early}.0"])
     edit = {f"layers.{early}.mixer_out": Edit([-1], torch.zeros_like)}
-    _, attn, _ = hosts.forward(edit, attention=[late], logits=False)
-    zeroed = attention_to(attn[late], hosts.entry_positions([t.host.query for t in items]))[:, 0]
+    logits, attn, _ = hosts.forward(edit, attention=[late])
+    entries = [t.host.query for t in items]
+    zeroed = attention_to(attn[late], hosts.entry_positions(entries))[:, 0]
     torch.testing.assert_close(whole, zeroed, atol=0, rtol=0)
     assert (one - zeroed).abs().max() > 1e-6  # random weights: the final write barely moves a later query
+    # Accuracy is the answer's: the value of the queried entry on top, intact and blocked.
+    target = hosts.value_ids[torch.arange(len(items)), entries]
+    accuracy = [r["accuracy_blocked"] for r in rows if r["blocked"] == f"r{early}.*"]
+    assert accuracy == (logits.argmax(-1) == target).int().tolist()
+    assert [r["accuracy_intact"] for r in rows if r["blocked"] == f"r{early}.*"] == (
+        (hosts.forward()[0].argmax(-1) == target).int().tolist()
+    )

@@ -10,8 +10,8 @@ readers         one reader per attention layer (its best head) whose attention t
 group_sets      the group sets transplanted: every group; pairs and runs before the last attention layer
 profile_rows    per-item removal profile (accuracy, D, main reader's attention) for every group
 transplant_rows per-item final-position transplants of every group set, with every reader's attention
-blocking_rows   per-item attention of a later reader with an earlier reader (its head, its layer) blocked at the
-                final position
+blocking_rows   per-item attention of a later reader, and accuracy, with an earlier reader (its head, its layer)
+                blocked at the final position
 sweep           all of the above over batches of one token length
 summarize_*     means with bootstrap intervals over the items of all seeds; verdict
 """
@@ -131,7 +131,8 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list,
 
 @torch.no_grad()
 def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
-    """For each earlier/later reader pair: the later reader's attention to the target, earlier reader blocked.
+    """For each earlier/later reader pair: the later reader's attention to the target and the retrieval accuracy,
+    intact and with the earlier reader blocked.
 
     Blocking zeroes the earlier reader's output (the input of its o_proj) at the final position only, so the
     later reader loses whatever the earlier reader wrote there and keeps everything else. It is done twice: the
@@ -140,7 +141,8 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     """
     b_entry = [t.host.query for t in items]
     b_pos = hosts.entry_positions(b_entry)
-    _, intact_attn, _ = intact or hosts.forward(attention=sorted({r["layer"] for r in reader_list}))
+    target = hosts.value_ids.gather(1, torch.tensor(b_entry)[:, None])[:, 0]
+    intact_logits, intact_attn, _ = intact or hosts.forward(attention=sorted({r["layer"] for r in reader_list}))
     rows, blocked = [], {}
     for early, late in itertools.combinations(reader_list, 2):
         if early["layer"] == late["layer"]:
@@ -154,8 +156,10 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
             if label not in blocked:  # one forward per block reads every later reader
                 later = sorted({r["layer"] for r in reader_list if r["layer"] > early["layer"]})
                 off = {early["layer"]: heads}
-                blocked[label] = hosts.forward(heads_off_final=off, attention=later, logits=False)[1]
-            after = attention_to(blocked[label][late["layer"]], b_pos)[:, late["head"]]
+                blocked[label] = hosts.forward(heads_off_final=off, attention=later)[:2]
+            logits, attn = blocked[label]
+            after = attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
+            correct = (logits.argmax(-1) == target).int()
             for i, t in enumerate(items):
                 rows.append(
                     {
@@ -165,6 +169,8 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
                         "reader": f"r{late['layer']}.{late['head']}",
                         "attention_intact": before[i].item(),
                         "attention_blocked": after[i].item(),
+                        "accuracy_intact": int(intact_logits[i].argmax() == target[i]),
+                        "accuracy_blocked": int(correct[i]),
                     }
                 )
     return rows
@@ -232,16 +238,22 @@ BLOCKING_COLUMNS = [
     "attention_blocked_lo",
     "attention_blocked_hi",
     "retained",
+    "accuracy_intact",
+    "accuracy_intact_lo",
+    "accuracy_intact_hi",
+    "accuracy_blocked",
+    "accuracy_blocked_lo",
+    "accuracy_blocked_hi",
 ]
 
 
 def summarize_blocking(rows, n_boot: int = 2000):
-    """Per (blocked, reader): attention to the target intact and blocked, and the retained fraction."""
+    """Per (blocked, reader): attention to the target and accuracy, intact and blocked; the retained fraction."""
     out = []
     for key in dict.fromkeys((r["blocked"], r["reader"]) for r in rows):
         rs = [r for r in rows if (r["blocked"], r["reader"]) == key]
         row = {"blocked": key[0], "reader": key[1], "n": len(rs)}
-        for name in ("attention_intact", "attention_blocked"):
+        for name in ("attention_intact", "attention_blocked", "accuracy_intact", "accuracy_blocked"):
             row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _mean_ci([r[name] for r in rs], n_boot)
         row["retained"] = row["attention_blocked"] / row["attention_intact"] if row["attention_intact"] else np.nan
         out.append(row)

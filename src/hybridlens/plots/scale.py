@@ -106,7 +106,11 @@ def chain(tables, path):
         interval(
             ax, b["attention_blocked"], yb + 0.2, b["attention_blocked_lo"], b["attention_blocked_hi"], horizontal=True
         )
-        ax.set_yticks(yb, [f"{r.reader}\n({r.blocked} blocked)" for r in b.itertuples()], fontsize=7)
+        labels = [
+            f"{r.reader}\n({r.blocked} blocked; accuracy {r.accuracy_intact:.2f} → {r.accuracy_blocked:.2f})"
+            for r in b.itertuples()
+        ]
+        ax.set_yticks(yb, labels, fontsize=7)
         ax.invert_yaxis()
         ax.legend(fontsize=6)
     else:
