@@ -112,7 +112,7 @@ def chain(tables, path):
         ]
         ax.set_yticks(yb, labels, fontsize=7)
         ax.invert_yaxis()
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=6, loc="lower right", bbox_to_anchor=(1, 1), ncol=2, frameon=False)
     else:
         ax.text(0.5, 0.5, "one reader: no chain to block", ha="center", va="center", fontsize=8)
         ax.set_yticks([])
