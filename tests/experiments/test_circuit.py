@@ -7,6 +7,7 @@ from hybridlens.experiments.circuit import (
     control_group,
     identity_error,
     localize,
+    localize_reference,
     summarize,
     transplant,
     triples,
@@ -89,6 +90,15 @@ def test_localize_reports_evidence_for_every_choice(hm):
     assert circuit["encode"]["evidence"]["mode"] == "zero"
     for e in circuit["address"]["evidence"]:
         assert max(map(int, e["layers"].split("-"))) < circuit["reader"]["layer"]
+
+
+def test_a_config_sections_reader_key_holds_the_reference_search_to_the_last_layer(hm):
+    section = {"n_pairs": 4, "format": "chat", "localize_seed": 0, "localize_n": 8}
+    circuit, _, readers = localize_reference(hm, section, 2)
+    assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (readers[0]["layer"], readers[0]["head"])
+    circuit, _, _ = localize_reference(hm, section | {"reader": "last"}, 2)
+    best = next(r for r in readers if r["layer"] == hm.attention_layers()[-1])
+    assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (best["layer"], best["head"])
 
 
 def test_the_reader_search_can_be_held_to_the_last_attention_layer(hm):
