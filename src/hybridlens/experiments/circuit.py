@@ -85,7 +85,7 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
     target_pos = run.entry_positions(target)
 
     def measure(logits):
-        acc = (logits.argmax(-1) == run.value_ids.gather(1, torch.tensor(target)[:, None])[:, 0]).float()
+        acc = run.correct(logits, target).float()
         d = run.value_logits(logits, target) - run.value_logits(logits, distractor)
         return acc, d
 

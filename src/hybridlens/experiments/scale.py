@@ -73,7 +73,7 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
     rows = []
 
     def record(group, logits, attn):
-        correct = logits.argmax(-1) == hosts.value_ids.gather(1, torch.tensor(b_entry)[:, None])[:, 0]
+        correct = hosts.correct(logits, b_entry)
         d = hosts.value_logits(logits, b_entry) - hosts.value_logits(logits, a_entry)
         att = attention_to(attn[main["layer"]], b_pos)[:, main["head"]]
         for i, t in enumerate(items):
@@ -141,8 +141,8 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     """
     b_entry = [t.host.query for t in items]
     b_pos = hosts.entry_positions(b_entry)
-    target = hosts.value_ids.gather(1, torch.tensor(b_entry)[:, None])[:, 0]
     intact_logits, intact_attn, _ = intact or hosts.forward(attention=sorted({r["layer"] for r in reader_list}))
+    intact_correct = hosts.correct(intact_logits, b_entry)
     rows, blocked = [], {}
     for early, late in itertools.combinations(reader_list, 2):
         if early["layer"] == late["layer"]:
@@ -152,14 +152,13 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
         if n_heads > 1:
             blocks[f"r{early['layer']}.*"] = list(range(n_heads))
         before = attention_to(intact_attn[late["layer"]], b_pos)[:, late["head"]]
+        later = sorted({r["layer"] for r in reader_list if r["layer"] > early["layer"]})
         for label, heads in blocks.items():
             if label not in blocked:  # one forward per block reads every later reader
-                later = sorted({r["layer"] for r in reader_list if r["layer"] > early["layer"]})
-                off = {early["layer"]: heads}
-                blocked[label] = hosts.forward(heads_off_final=off, attention=later)[:2]
+                blocked[label] = hosts.forward(heads_off_final={early["layer"]: heads}, attention=later)[:2]
             logits, attn = blocked[label]
             after = attention_to(attn[late["layer"]], b_pos)[:, late["head"]]
-            correct = (logits.argmax(-1) == target).int()
+            correct = hosts.correct(logits, b_entry)
             for i, t in enumerate(items):
                 rows.append(
                     {
@@ -169,7 +168,7 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
                         "reader": f"r{late['layer']}.{late['head']}",
                         "attention_intact": before[i].item(),
                         "attention_blocked": after[i].item(),
-                        "accuracy_intact": int(intact_logits[i].argmax() == target[i]),
+                        "accuracy_intact": int(intact_correct[i]),
                         "accuracy_blocked": int(correct[i]),
                     }
                 )

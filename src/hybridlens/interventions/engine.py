@@ -184,6 +184,11 @@ class Runner:
         """Logit of one entry's value token per item."""
         return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
 
+    def correct(self, logits, entry):
+        """Per item: is one entry's value token the top prediction?"""
+        ids = self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None])[:, 0]
+        return logits.argmax(-1) == ids
+
 
 @torch.no_grad()
 def transplant(hm, donors, hosts, sites, positions="final"):
