@@ -14,7 +14,9 @@ from hybridlens.experiments.split_prefill import (
     run_items,
 )
 from hybridlens.interventions.cache import greedy
-from hybridlens.tasks.vocab import PERSONAS, VALUES, language_forms
+from hybridlens.models.adapter import HybridModel
+from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.vocab import PERSONAS, VALUES, fused_word, language_forms
 
 MARKERS = {p: [m] for p, m in PERSONAS.items()}
 
@@ -53,6 +55,24 @@ def test_rows_attribute_content_and_style_to_their_context(hm):
     wrong = language_forms(2)[a.language][a.pairs[other_entry][1]]
     row = _row(hm, decode, it, "state_only", [hm.token_id(wrong), hm.token_id("the"), hm.token_id("is")])
     assert row["content_source"] == "A_dict" and row["in_context"] == 1 and row["persona_source"] == "other"
+
+
+def test_a_fused_answer_word_carries_its_own_persona():
+    """translate_fused: the persona is the answer word's, whatever marker follows it."""
+    tok = build_tokenizer(2, fused=True)
+    hm = HybridModel(build_toy_model("granitemoehybrid", len(tok), 24, "LA", heads=2).eval(), tok)
+    it = make_items(hm, 1, 1, 4, "translate_fused", 2)[0]
+    a, b = it.a, it.b
+    decode, forms = Decoder(hm, 2, MARKERS), language_forms(2)
+    a_in_b_style = fused_word(forms[b.language][a.pairs[a.query][1]], b.persona)
+    row = _row(hm, decode, it, "state_swap", [hm.token_id(a_in_b_style), hm.token_id(a.marker), hm.token_id(a.marker)])
+    assert (row["retrieval"], row["language"], row["persona"]) == (1, 0, 0)
+    assert (row["content_source"], row["language_source"], row["persona_source"]) == ("A", "B", "B")
+    row = _row(hm, decode, it, "full", [hm.token_id(a.answer), hm.token_id(b.marker), hm.token_id(b.marker)])
+    assert (row["retrieval"], row["language"], row["persona"], row["persona_source"]) == (1, 1, 1, "A")
+    plain = forms[a.language][a.pairs[a.query][1]]  # the right value without a persona
+    row = _row(hm, decode, it, "kv_only", [hm.token_id(plain), hm.token_id(a.marker), hm.token_id(a.marker)])
+    assert (row["retrieval"], row["language"], row["persona"], row["persona_source"]) == (1, 1, 0, "other")
 
 
 def test_full_condition_rows_match_generation_from_the_whole_prompt(hm):

@@ -17,12 +17,12 @@ from hybridlens.experiments.zoo import (
     train_toy,
     training_batch,
 )
-from hybridlens.interventions.cache import prefill
+from hybridlens.interventions.cache import greedy, prefill
 from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import hop_links, make_prompts
-from hybridlens.tasks.vocab import VALUES, language_forms
+from hybridlens.tasks.vocab import VALUES, fused_words, language_forms
 
 ZOO = dict(
     n_languages=2,
@@ -66,6 +66,17 @@ def test_distinct_questions_ask_each_other_key_once(tokenizer, n_pairs):
         assert p.pairs[p.query][0] not in keys
         values = {k: v for k, v in p.pairs}
         assert all(a == language_forms(2)[p.language][values[k]] for k, a in asked)
+
+
+def test_every_question_of_a_fused_batch_is_answered_in_the_context_language_and_persona():
+    tokenizer = build_tokenizer(2, fused=True)
+    prompts = make_prompts(3, 8, 8, "translate_fused")
+    ids, targets, _ = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "distinct")
+    meaning = fused_words(2)
+    for p, row in zip(prompts, ids, strict=True):
+        asked = _questions(tokenizer, p, row, targets)
+        values = {k: v for k, v in p.pairs}
+        assert len(asked) == 6 and all(meaning[a] == (values[k], p.language, p.persona) for k, a in asked)
 
 
 def test_repeated_questions_draw_keys_with_replacement(tokenizer):
@@ -251,6 +262,23 @@ def test_a_toy_spec_sets_the_formats_it_trains_on(tmp_path):
     toy, zoo, chat = weights(tmp_path / "toy"), weights(tmp_path / "zoo"), weights(tmp_path / "chat")
     assert all(torch.equal(toy[k], zoo[k]) for k in toy)
     assert not all(torch.equal(toy[k], chat[k]) for k in toy)
+
+
+def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_word(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 20, "formats": ["translate_fused"]}
+    train_and_save("granitemoehybrid", spec, {**ZOO, "lr": 1e-2}, tmp_path, False)
+    hm = load_model(tmp_path)
+    assert hm.tokenizer.get_vocab() == build_tokenizer(2, fused=True).get_vocab()
+    [row] = evaluate_model(hm, seed=5, n=32, n_pairs=4, formats=["translate_fused"])
+    # the reference: the greedy answer word read back as (concept, language, persona)
+    prompts = held_out_prompts(hm, 5, 32, 4, "translate_fused", 2)
+    tokens, _ = greedy(hm, hm.encode([p.text for p in prompts])[0], 2)
+    meaning = fused_words(2)
+    got = [meaning.get(w, (None,) * 3) for w in hm.tokenizer.convert_ids_to_tokens(tokens[:, 0].tolist())]
+    answers = [(p.pairs[p.query][1], p.language, p.persona) for p in prompts]
+    assert row["retrieval"] == sum(g == a for g, a in zip(got, answers, strict=True)) / 32
+    assert row["language"] == sum(g[1] == p.language for g, p in zip(got, prompts, strict=True)) / 32
+    assert row["persona"] == sum(g[2] == p.persona for g, p in zip(got, prompts, strict=True)) / 32
 
 
 def test_saved_model_reloads_through_the_adapter_with_identical_logits(tmp_path):

@@ -6,9 +6,10 @@ import torch
 from hybridlens.interventions.engine import Edit, Runner, mixer_sites, transplant
 from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
-from hybridlens.models.adapter import WRITE_SITES
+from hybridlens.models.adapter import WRITE_SITES, HybridModel
+from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
-from hybridlens.tasks.vocab import language_forms
+from hybridlens.tasks.vocab import fused_word, language_forms
 
 
 def _runners(hm, seed=3, n=4):
@@ -179,3 +180,13 @@ def test_a_translated_answer_is_scored_in_the_context_language_not_the_dictionar
         assert hm.tokenizer.convert_ids_to_tokens(values[p.query].item()) == p.answer
         assert in_context == language_forms(2)[0][p.pairs[p.query][1]]
         assert (in_context == p.answer) == (p.language == 0)
+
+
+def test_a_fused_answer_is_scored_as_its_word_in_the_context_language_and_persona():
+    tok = build_tokenizer(2, fused=True)
+    hm = HybridModel(build_toy_model("granitemoehybrid", len(tok), 24, "LA", heads=2).eval(), tok)
+    run = Runner(hm, make_prompts(5, 8, 4, "translate_fused", 2), 2)
+    for p, values in zip(run.prompts, run.value_ids, strict=True):
+        words = hm.tokenizer.convert_ids_to_tokens(values.tolist())
+        assert words == [fused_word(language_forms(2)[p.language][v], p.persona) for _, v in p.pairs]
+        assert words[p.query] == p.answer

@@ -10,7 +10,7 @@ from hybridlens.tasks.retrieval import (
     token_positions,
     token_roles,
 )
-from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
+from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, fused_words, language_forms
 
 TOK = build_tokenizer(3)
 
@@ -134,6 +134,25 @@ def test_translate_late_puts_both_style_cues_after_an_identical_dictionary():
         assert (p.answer, p.marker) == (t.answer, t.marker)
         ids = TOK(p.text + " " + p.target, add_special_tokens=False)["input_ids"]
         assert TOK.unk_token_id not in ids and len(ids) == len((p.text + " " + p.target).split())
+
+
+def test_translate_fused_asks_translate_late_s_question_for_one_word_in_the_context_language_and_persona():
+    """The prompt is translate_late's; only the answer differs, and only a toy built for it holds the word."""
+    fused = make_prompts(5, 30, 8, "translate_fused", n_languages=3)
+    late = make_prompts(5, 30, 8, "translate_late", n_languages=3)
+    meaning, tok = fused_words(3), build_tokenizer(3, fused=True)
+    assert len(meaning) == len(VALUES) * 3 * len(PERSONAS)
+    assert {(p.language, p.persona) for p in fused} >= {(0, "pirate"), (2, "butler")}
+    for p, t in zip(fused, late, strict=True):
+        assert (p.text, p.spans, p.marker) == (t.text, t.spans, t.marker)
+        assert p.answer == f"{t.answer}_{p.marker}"
+        assert meaning[p.answer] == (p.pairs[p.query][1], p.language, p.persona)
+        ids = tok(p.text + " " + p.target, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids and len(ids) == len((p.text + " " + p.target).split())
+    assert TOK(fused[0].answer, add_special_tokens=False)["input_ids"] == [TOK.unk_token_id]
+    for n_keys in (None, 100):  # the fused words come last: every other word keeps its id
+        plain = toy_vocabulary(3, n_keys)
+        assert toy_vocabulary(3, n_keys, fused=True) == plain + list(meaning)
 
 
 def test_hop_answers_through_a_link_that_only_the_first_table_names():

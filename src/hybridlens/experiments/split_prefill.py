@@ -5,9 +5,10 @@ prefilled; its cache is edited by one of the CONDITIONS (interventions/cache.py)
 continued from the edited cache and n_new tokens are generated greedily at the full prompt's positions.
 
 Content is *which value* comes out; style is *how*: the language the value is written in and the
-persona's marker after it. For the state-swap, context B has the same keys in the same order but other
-values, another language and another persona, so every output can be attributed: its content to A
-(the KV side) or B (the state side), its language and persona to A or B.
+persona's marker after it (translate_fused: the persona the answer word is written in). For the
+state-swap, context B has the same keys in the same order but other values, another language and
+another persona, so every output can be attributed: its content to A (the KV side) or B (the state
+side), its language and persona to A or B.
 
 make_items     seeded items: context A, swap partner B, a neutral context of the same length
 run_items      generations and per-item metrics under every condition
@@ -25,7 +26,7 @@ from hybridlens.interventions.cache import CONDITIONS, greedy, prefill
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import vocabulary
 from hybridlens.tasks.retrieval import Prompt, make_prompt, make_prompts, token_positions
-from hybridlens.tasks.vocab import NEUTRAL, PERSONAS, language_forms
+from hybridlens.tasks.vocab import NEUTRAL, PERSONAS, fused_words, language_forms
 
 PROPERTIES = ("retrieval", "language", "persona")
 SOURCES = ("A", "B", "other")
@@ -67,15 +68,21 @@ def _neutral_ids(hm, rng, shape):
 
 
 class Decoder:
-    """Reads generated token ids as (concept, language) of a value, and persona markers."""
+    """Reads generated token ids as (concept, language) of a value, and persona markers; a fused answer word
+    (translate_fused) also as its persona."""
 
     def __init__(self, hm, n_languages: int, markers: dict[str, list[str]]):
         self.value = {}  # token id -> (concept, language)
-        for lang, table in enumerate(language_forms(n_languages)):
-            for concept, form in table.items():
-                ids = hm.tokenizer(" " + form, add_special_tokens=False)["input_ids"]
-                if len(ids) == 1:
-                    self.value[ids[0]] = (concept, lang)
+        self.fused_persona = {}  # token id -> persona
+        forms = language_forms(n_languages)
+        words = [(form, concept, lang, None) for lang, t in enumerate(forms) for concept, form in t.items()]
+        words += [(w, *meaning) for w, meaning in fused_words(n_languages).items()]
+        for word, concept, lang, persona in words:
+            ids = hm.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+            if len(ids) == 1 and ids[0] != hm.tokenizer.unk_token_id:
+                self.value[ids[0]] = (concept, lang)
+                if persona:
+                    self.fused_persona[ids[0]] = persona
         self.markers = {
             p: {hm.tokenizer(" " + w, add_special_tokens=False)["input_ids"][0] for w in ws}
             for p, ws in markers.items()
@@ -131,7 +138,8 @@ def run_items(hm, items: list[Item], n_new: int, markers: dict, n_languages: int
 def _row(hm, decode, it: Item, condition: str, toks: list[int]) -> dict:
     a, b = it.a, it.b
     concept, lang = decode.value.get(toks[0], (None, None))
-    persona = decode.persona_of(toks[1:])
+    # In translate_fused the persona is the answer word's own; otherwise the first marker after it.
+    persona = decode.fused_persona.get(toks[0]) if a.fmt == "translate_fused" else decode.persona_of(toks[1:])
     in_context = concept is not None and concept in {v for _, v in a.pairs}
     return {
         "seed": it.seed,

@@ -23,8 +23,8 @@ from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
 from hybridlens.tasks.prompt_sets import vocabulary
-from hybridlens.tasks.retrieval import FORMATS, hop_links, make_prompts, question_words
-from hybridlens.tasks.vocab import KEYS, VALUES, key_words, language_forms
+from hybridlens.tasks.retrieval import FORMATS, answer_word, hop_links, make_prompts, question_words
+from hybridlens.tasks.vocab import KEYS, VALUES, fused_words, key_words, language_forms
 
 
 class GateFailed(UserError):
@@ -96,7 +96,8 @@ def training_batch(
                 rng.shuffle(keys)
                 keys = keys[:extra_queries]
             for i in keys:
-                words += [".", *question_words(p.fmt, p.pairs[i][0]), forms[p.language][p.pairs[i][1]], p.marker]
+                answer = answer_word(p.fmt, forms, p.language, p.persona, p.pairs[i][1])
+                words += [".", *question_words(p.fmt, p.pairs[i][0]), answer, p.marker]
                 tgt += [len(words) - 2, len(words) - 1]
                 ans += [True, False]
         sequences.append(words)
@@ -238,10 +239,10 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
     """Greedy two-token answers on held-out prompts, per format.
 
     retrieval: first token is the queried value; language: first token is a value in the context's
-    language (any value); persona: second token is the persona's marker.
+    language (any value); persona: second token is the persona's marker (translate_fused: the first token
+    is a value in the context's persona).
     """
     forms = language_forms(n_languages)
-    lang_ids = [{hm.token_id(table[v]) for v in VALUES} for table in forms]
     rows = []
     for fmt in formats:
         prompts = held_out_prompts(hm, seed, n, n_pairs, fmt, n_languages)
@@ -250,15 +251,25 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
         answer = torch.tensor([hm.token_id(p.answer) for p in prompts])
         marker = torch.tensor([hm.token_id(p.marker) for p in prompts])
         first, second = tokens[:, 0].cpu(), tokens[:, 1].cpu()
-        language = [int(t) in lang_ids[p.language] for t, p in zip(first.tolist(), prompts, strict=True)]
+        # (language, persona) of every answer word of this format; persona None where the word has none
+        if fmt == "translate_fused":
+            style = {hm.token_id(w): (lang, persona) for w, (_, lang, persona) in fused_words(n_languages).items()}
+        else:
+            style = {hm.token_id(table[v]): (lang, None) for lang, table in enumerate(forms) for v in VALUES}
+        got = [style.get(t, (None, None)) for t in first.tolist()]
+        language = sum(lang == p.language for (lang, _), p in zip(got, prompts, strict=True)) / n
+        if fmt == "translate_fused":
+            persona = sum(persona == p.persona for (_, persona), p in zip(got, prompts, strict=True)) / n
+        else:
+            persona = (second == marker).float().mean().item()
         rows.append(
             {
                 "format": fmt,
                 "n_pairs": n_pairs,
                 "n": n,
                 "retrieval": (first == answer).float().mean().item(),
-                "language": sum(language) / n,
-                "persona": (second == marker).float().mean().item(),
+                "language": language,
+                "persona": persona,
             }
         )
     return rows
@@ -312,7 +323,8 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     Files are written to a temporary directory beside `out_dir` and moved into place at the end,
     so an interrupted run leaves no half-written weights. Returns the training curve rows.
     """
-    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"))
+    formats = toy.get("formats", zoo["formats"])
+    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused="translate_fused" in formats)
     model = build_toy_model(
         family,
         len(tokenizer),
@@ -332,7 +344,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         n_languages=zoo["n_languages"],
         extra_queries=toy.get("extra_queries", zoo["extra_queries"]),
         questions=toy.get("questions", zoo["questions"]),
-        formats=toy.get("formats", zoo["formats"]),
+        formats=formats,
         advance=zoo["advance"],
         done=toy.get("done", zoo["done"]),
         anneal=toy.get("anneal", zoo["anneal"]),

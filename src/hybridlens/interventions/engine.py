@@ -26,7 +26,7 @@ import torch
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.interventions.patch import gather, ignore_name, position_index, retained, scatter_at, site_hook
 from hybridlens.models.adapter import parse_site
-from hybridlens.tasks.retrieval import Prompt, entry_parts, token_positions
+from hybridlens.tasks.retrieval import Prompt, answer_word, entry_parts, token_positions
 from hybridlens.tasks.vocab import language_forms
 
 
@@ -55,9 +55,8 @@ class Runner:
         self._prefixes = {}  # t -> cache after the first t tokens
         if n_languages is not None:
             forms = language_forms(n_languages)
-            self.value_ids = torch.tensor(
-                [[hm.token_id(forms[p.language][v]) for _, v in p.pairs] for p in prompts], device=hm.device
-            )
+            words = [[answer_word(p.fmt, forms, p.language, p.persona, v) for _, v in p.pairs] for p in prompts]
+            self.value_ids = torch.tensor([[hm.token_id(w) for w in row] for row in words], device=hm.device)
 
     def positions(self, part: str):
         return [token_positions(p, o, part) for p, o in zip(self.prompts, self.offsets, strict=True)]

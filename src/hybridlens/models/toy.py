@@ -9,25 +9,27 @@ import math
 import torch
 
 from hybridlens.models.families import FAMILIES
-from hybridlens.tasks.vocab import KEYS, NEUTRAL, PERSONAS, key_words, language_forms
+from hybridlens.tasks.vocab import KEYS, NEUTRAL, PERSONAS, fused_words, key_words, language_forms
 
 SPECIALS = ["<pad>", "<unk>", "<eos>"]
 
 
-def toy_vocabulary(n_languages: int, n_keys: int | None = None) -> list[str]:
-    """The toy tokenizer's words; keys beyond KEYS (n_keys) come last, so every other word keeps its id."""
+def toy_vocabulary(n_languages: int, n_keys: int | None = None, fused: bool = False) -> list[str]:
+    """The toy tokenizer's words; keys beyond KEYS (n_keys) and the fused words (only for toys trained on
+    `translate_fused`) come last, so every other word keeps its id."""
     words = list(SPECIALS) + list(NEUTRAL) + list(KEYS) + list(PERSONAS) + list(PERSONAS.values())
     for table in language_forms(n_languages):
         words += table.values()
-    return list(dict.fromkeys(words + key_words(n_keys)))
+    words += key_words(n_keys)
+    return list(dict.fromkeys(words + (list(fused_words(n_languages)) if fused else [])))
 
 
-def build_tokenizer(n_languages: int = 2, n_keys: int | None = None):
+def build_tokenizer(n_languages: int = 2, n_keys: int | None = None, fused: bool = False):
     """Every task word is exactly one token; text is split on whitespace, so offsets are exact."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {w: i for i, w in enumerate(toy_vocabulary(n_languages, n_keys))}
+    vocab = {w: i for i, w in enumerate(toy_vocabulary(n_languages, n_keys, fused))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")

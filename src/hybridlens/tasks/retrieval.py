@@ -4,27 +4,31 @@ Prompt                one item: text, answer, style (language, persona) and char
 make_prompts          n seeded prompts in one format
 clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's; two positions differ
 donor_host_pairs      (donor, host): same dictionary, different queried key
+answer_word           the word a format's answer is: a value's form in the context's language (fused: and persona)
 token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
 FORMATS               the three copy formats, chat, list and rev: the answer is a word of the dictionary
 TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language),
                       translate_late (translate with the persona line and the language's header word after
-                      the dictionary)
+                      the dictionary), translate_fused (translate_late with the persona in the answer word itself)
                       and hop (two tables, key -> link and link -> value: the answer takes two lookups)
 """
 
 import random
 from dataclasses import dataclass, field
 
-from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, language_forms
+from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, fused_word, language_forms
 
 FORMATS = ("chat", "list", "rev")
 # In `translate` only the header word carries the context's language, so the answer's language is
 # produced, not copied: a style free to travel in another channel than the value.
 # `translate_late` moves both style cues after the dictionary: linear layers write a preceding cue into
 # every dictionary token, where the KV cache stores it, so only a cue that comes later can be state-only.
+# `translate_fused` writes the answer as one word that carries the value, the language and the persona, so the
+# persona is produced at the position where attention reads the value, not at a later one where it is free.
 # In `hop` the first table maps each key to a link word and the second, in another order, maps the link
 # to the value: no single lookup answers, so the query for the second must be built from the first's result.
-TASK_FORMATS = (*FORMATS, "translate", "translate_late", "hop")
+TRANSLATE_FORMATS = ("translate", "translate_late", "translate_fused")
+TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop")
 
 
 def hop_links(pairs) -> tuple[list[str], list[int]]:
@@ -63,8 +67,8 @@ class Prompt:
 def _render(fmt, pairs, query, language, persona, forms):
     """Build the text word by word, recording the character span of every entry part."""
     f = forms[language]
-    late = fmt == "translate_late"
-    values = forms[0] if fmt in ("translate", "translate_late") else f
+    late = fmt in ("translate_late", "translate_fused")
+    values = forms[0] if fmt in TRANSLATE_FORMATS else f
     words, spans = [], {}
 
     def put(word, name=None):
@@ -131,6 +135,12 @@ def _render(fmt, pairs, query, language, persona, forms):
     return text, spans
 
 
+def answer_word(fmt: str, forms, language: int, persona: str, concept: str) -> str:
+    """The word that answers a question about `concept` in a prompt of this format, language and persona."""
+    form = forms[language][concept]
+    return fused_word(form, persona) if fmt == "translate_fused" else form
+
+
 def question_words(fmt: str, key: str) -> list[str]:
     """The question, ending right before the answer (language-neutral, so it carries no style)."""
     if fmt == "list":
@@ -144,7 +154,7 @@ def make_prompt(pairs, query, fmt="chat", language=0, persona="pirate", n_langua
         raise ValueError(f"unknown task format {fmt!r}; use one of {TASK_FORMATS}")
     forms = language_forms(n_languages)
     text, spans = _render(fmt, pairs, query, language, persona, forms)
-    answer = forms[language][pairs[query][1]]
+    answer = answer_word(fmt, forms, language, persona, pairs[query][1])
     return Prompt(text, answer, PERSONAS[persona], fmt, language, persona, tuple(pairs), query, spans)
 
 

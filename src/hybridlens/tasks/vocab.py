@@ -4,6 +4,7 @@ KEYS: language-neutral query words. VALUES: concepts with one surface form per t
 (language 0 is English, the others are pseudo-words). PERSONAS: name -> marker token the model
 writes after its answer. NEUTRAL: function words shared by every language. EXTRA_KEYS: further keys
 for toys trained on more keys than KEYS (toy-spec key `keys`); key_words(n) gives the first n.
+fused_word / fused_words: a value written in one language *and* one persona, as a single word.
 """
 
 import random
@@ -72,3 +73,19 @@ def language_forms(n_languages: int) -> list[dict[str, str]]:
             table[w] = cand
         forms.append(table)
     return forms
+
+
+def fused_word(form: str, persona: str) -> str:
+    """A value's form in one language with the persona's marker joined to it: one token in a toy tokenizer,
+    so the persona is produced at the answer position itself, where the value is read."""
+    return f"{form}_{PERSONAS[persona]}"
+
+
+def fused_words(n_languages: int) -> dict[str, tuple[str, int, str]]:
+    """Every fused word -> (value concept, language, persona)."""
+    return {
+        fused_word(table[v], persona): (v, lang, persona)
+        for lang, table in enumerate(language_forms(n_languages))
+        for v in VALUES
+        for persona in PERSONAS
+    }
