@@ -68,15 +68,20 @@ def test_distinct_questions_ask_each_other_key_once(tokenizer, n_pairs):
         assert all(a == language_forms(2)[p.language][values[k]] for k, a in asked)
 
 
-def test_every_question_of_a_fused_batch_is_answered_in_the_context_language_and_persona():
+def test_every_value_target_of_a_fused_batch_is_in_the_context_language_and_persona():
     tokenizer = build_tokenizer(2, fused=True)
     prompts = make_prompts(3, 8, 8, "translate_fused")
-    ids, targets, _ = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "distinct")
     meaning = fused_words(2)
+    ids, targets, _ = training_batch(tokenizer, prompts, 6, random.Random(0), 2, "distinct")
     for p, row in zip(prompts, ids, strict=True):
         asked = _questions(tokenizer, p, row, targets)
         values = {k: v for k, v in p.pairs}
         assert len(asked) == 6 and all(meaning[a] == (values[k], p.language, p.persona) for k, a in asked)
+    ids, targets, answers = training_batch(tokenizer, prompts, 2, random.Random(0), 2, "recite")
+    for p, row in zip(prompts, ids, strict=True):
+        words = tokenizer.convert_ids_to_tokens(row[targets[answers]].tolist())
+        recited = sorted(meaning[w] for w in words[1:])
+        assert recited == sorted((v, p.language, p.persona) for _, v in p.pairs for _ in range(2))
 
 
 def test_repeated_questions_draw_keys_with_replacement(tokenizer):

@@ -48,7 +48,8 @@ def training_batch(
 
     Each prompt is followed by its answer and marker, then by more retrieval targets from the same
     dictionary, so the binding of keys to values is learned from a denser signal. The first answer
-    is the evaluated one; `answers` is False at the persona markers.
+    is the evaluated one; `answers` is False at the persona markers. Every value target is the word the
+    format answers with (answer_word): in translate_fused, recitals and further answers carry the persona too.
     questions="distinct": min(extra_queries, n_pairs - 1) questions about other keys, each asked once.
     When every key gets asked, the last answer is the one value not yet given: a shortcut worth 0.75
     on two pairs. Trained on it, the Qwen3.5 toys leave 0.75 but the Mamba-2 toys never did (measured).
@@ -84,7 +85,9 @@ def training_batch(
                 rng.shuffle(order)
                 words.append(".")
                 for i in order:
-                    key, value = p.pairs[i][0], (links[i] if links else forms[p.language][p.pairs[i][1]])
+                    concept = p.pairs[i][1]
+                    value = links[i] if links else answer_word(p.fmt, forms, p.language, p.persona, concept)
+                    key = p.pairs[i][0]
                     words += ["*", key, "=", value] if p.fmt == "list" else [key, "=", value, ","]
                     tgt.append(len(words) - (1 if p.fmt == "list" else 2))
                     ans.append(not links)
