@@ -308,6 +308,12 @@ def test_style_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
     assert "scale" not in counts and "stitch_swap" not in counts and "hla_train" not in counts
 
 
+def test_persona_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
+    counts = preset_jobs(tmp_path, "persona")
+    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
+    assert "scale" not in counts and "stitch_swap" not in counts and "hla_train" not in counts
+
+
 def test_toys_that_more_experiments_wait_on_train_first(tmp_path):
     """In the test config qwen_tiny feeds six experiments, granite_tiny four, falcon_tiny three, nemotron_tiny and
     next_tiny two, qwen_tiny_s one: a toy that finishes late holds up the most jobs behind it, so it trains first."""
