@@ -85,9 +85,8 @@ def training_batch(
                 rng.shuffle(order)
                 words.append(".")
                 for i in order:
-                    concept = p.pairs[i][1]
+                    key, concept = p.pairs[i]
                     value = links[i] if links else answer_word(p.fmt, forms, p.language, p.persona, concept)
-                    key = p.pairs[i][0]
                     words += ["*", key, "=", value] if p.fmt == "list" else [key, "=", value, ","]
                     tgt.append(len(words) - (1 if p.fmt == "list" else 2))
                     ans.append(not links)
@@ -255,13 +254,13 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
         marker = torch.tensor([hm.token_id(p.marker) for p in prompts])
         first, second = tokens[:, 0].cpu(), tokens[:, 1].cpu()
         # (language, persona) of every answer word of this format; persona None where the word has none
-        if fmt == "translate_fused":
-            style = {hm.token_id(w): (lang, persona) for w, (_, lang, persona) in fused_words(n_languages).items()}
-        else:
-            style = {hm.token_id(table[v]): (lang, None) for lang, table in enumerate(forms) for v in VALUES}
+        fused = fmt == "translate_fused"
+        plain = {table[v]: (v, lang, None) for lang, table in enumerate(forms) for v in VALUES}
+        words = fused_words(n_languages) if fused else plain
+        style = {hm.token_id(w): (lang, persona) for w, (_, lang, persona) in words.items()}
         got = [style.get(t, (None, None)) for t in first.tolist()]
         language = sum(lang == p.language for (lang, _), p in zip(got, prompts, strict=True)) / n
-        if fmt == "translate_fused":
+        if fused:
             persona = sum(persona == p.persona for (_, persona), p in zip(got, prompts, strict=True)) / n
         else:
             persona = (second == marker).float().mean().item()
