@@ -302,14 +302,9 @@ def test_chain_preset_trains_its_three_toys_and_runs_only_their_experiments(tmp_
     assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
 
 
-def test_style_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
-    counts = preset_jobs(tmp_path, "style")
-    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
-    assert "scale" not in counts and "stitch_swap" not in counts and "hla_train" not in counts
-
-
-def test_persona_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
-    counts = preset_jobs(tmp_path, "persona")
+@pytest.mark.parametrize("preset", ["style", "persona"])
+def test_a_style_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path, preset):
+    counts = preset_jobs(tmp_path, preset)
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
     assert "scale" not in counts and "stitch_swap" not in counts and "hla_train" not in counts
 
