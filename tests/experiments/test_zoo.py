@@ -269,6 +269,27 @@ def test_a_toy_spec_sets_the_formats_it_trains_on(tmp_path):
     assert not all(torch.equal(toy[k], chat[k]) for k in toy)
 
 
+def test_data_seed_draws_the_batches_and_seed_the_initial_weights(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3, "seed": 0}
+
+    def weights(path):
+        return load_model(path).model.state_dict()
+
+    train_and_save("qwen3_5", {**spec, "data_seed": 1}, ZOO, tmp_path / "crossed", False)
+    train_and_save("qwen3_5", spec, ZOO, tmp_path / "same", False)
+    train_and_save("qwen3_5", {**spec, "data_seed": 0}, ZOO, tmp_path / "explicit", False)
+    # The reference: weights drawn with seed 0, trained on the batches of seed 1.
+    tokenizer = build_tokenizer(2)
+    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", 2, 0)
+    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
+    train_toy(model, tokenizer, 3, seed=1, formats=ZOO["formats"], questions=ZOO["questions"], progress=False, **settings)
+    crossed, same, explicit = weights(tmp_path / "crossed"), weights(tmp_path / "same"), weights(tmp_path / "explicit")
+    reference = model.state_dict()
+    assert all(torch.equal(crossed[k], reference[k]) for k in crossed)
+    assert all(torch.equal(same[k], explicit[k]) for k in same)  # data_seed defaults to seed
+    assert not all(torch.equal(crossed[k], same[k]) for k in same)
+
+
 def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_word(tmp_path):
     spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 20, "formats": ["translate_fused"]}
     train_and_save("granitemoehybrid", spec, {**ZOO, "lr": 1e-2}, tmp_path, False)

@@ -338,7 +338,8 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     )
     if "embedding" in toy:
         share_embedding(model, **toy["embedding"])
-    seed, chain = toy.get("seed", 0), toy.get("chain")
+    # The batches have a seed of their own, so that crossing it with the weights' tells which one a result follows.
+    seed, chain = toy.get("data_seed", toy.get("seed", 0)), toy.get("chain")
     settings = dict(
         stages=toy.get("stages", zoo["stages"]),
         batch_size=toy.get("batch_size", zoo["batch_size"]),
@@ -358,7 +359,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     if chain:  # first phase: the link as the answer; then the first lookup is fixed and the value trained
         curve = train_toy(model, tokenizer, chain["steps"], seed=seed, answer="link", **settings)
         curve = [row | {"phase": "link"} for row in curve]
-        freeze_first_lookup(model, tokenizer, zoo["n_languages"], seed, chain["freeze_below"])
+        freeze_first_lookup(model, tokenizer, zoo["n_languages"], toy.get("seed", 0), chain["freeze_below"])
         seed += 100
     rows = train_toy(
         model,
