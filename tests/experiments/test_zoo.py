@@ -281,8 +281,8 @@ def test_data_seed_draws_the_batches_and_seed_the_initial_weights(tmp_path):
     # The reference: weights drawn with seed 0, trained on the batches of seed 1.
     tokenizer = build_tokenizer(2)
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", 2, 0)
-    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
-    train_toy(model, tokenizer, 3, seed=1, formats=ZOO["formats"], questions=ZOO["questions"], progress=False, **settings)
+    keys = ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done", "formats", "questions")
+    train_toy(model, tokenizer, 3, seed=1, progress=False, **{k: ZOO[k] for k in keys})
     crossed, same, explicit = weights(tmp_path / "crossed"), weights(tmp_path / "same"), weights(tmp_path / "explicit")
     reference = model.state_dict()
     assert all(torch.equal(crossed[k], reference[k]) for k in crossed)
