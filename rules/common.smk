@@ -11,7 +11,7 @@ from hybridlens.config import (
     check_config,
     load_config,
 )
-from hybridlens.experiments.zoo import check_chain
+from hybridlens.experiments.zoo import check_chain, check_trained_format
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
 from hybridlens.store import sweep_temporaries
@@ -295,6 +295,32 @@ def selected(section, key, universe):
             f"config {section}.{key}: unknown names {unknown}; choose from {sorted(universe)}"
         )
     return chosen
+
+
+def check_analysed_formats():
+    """Every toy an analysis asks is asked in a format it was trained on, before any job runs."""
+    sections = {
+        "circuit": ("models", selected("circuit", "models", config["models"])),
+        "split_prefill": (
+            "models",
+            selected("split_prefill", "models", config["models"]),
+        ),
+        "scale": ("models", config["scale"]["models"]),
+        "stitch": ("pairs", [m for pair in config["stitch"]["pairs"] for m in pair]),
+    }
+    for section, (key, names) in sections.items():
+        trained = {
+            m: config["models"][m]["source"]["toy"].get(
+                "formats", config["zoo"]["formats"]
+            )
+            for m in names
+            if m in config["models"]
+            and is_toy(m)  # unknown names are refused where they are used
+        }
+        check_trained_format(section, key, config[section]["format"], trained)
+
+
+check_analysed_formats()
 
 
 def split_tables(name):

@@ -11,6 +11,7 @@ from hybridlens.experiments.zoo import (
     GateFailed,
     check_chain,
     check_gate,
+    check_trained_format,
     evaluate_model,
     held_out_prompts,
     train_and_save,
@@ -209,6 +210,19 @@ def test_a_chain_that_cannot_train_is_refused_in_one_line(change, line):
     with pytest.raises(UserError) as err:
         check_chain(spec | change, "m.toy")
     assert str(err.value).startswith(line)
+
+
+def test_an_analysis_in_a_format_a_toy_was_not_trained_on_is_refused_in_one_line():
+    trained = {"granite_toy": ["chat", "list"], "granite_fused": ["translate_fused"]}
+    check_trained_format("stitch", "pairs", "chat", {"granite_toy": trained["granite_toy"]})  # trained on it
+    with pytest.raises(UserError) as err:
+        check_trained_format("stitch", "pairs", "chat", trained)
+    assert str(err.value) == (
+        "config stitch.format: granite_fused was trained on translate_fused, not chat; set stitch.format to a "
+        "format it was trained on, or list in stitch.pairs only models trained on chat"
+    )
+    with pytest.raises(UserError, match="config scale.format: granite_toy was trained on chat, list, not rev"):
+        check_trained_format("scale", "models", "rev", trained)
 
 
 def test_short_training_lowers_the_loss(tokenizer):

@@ -99,6 +99,22 @@ def test_a_chain_toy_that_cannot_train_is_refused_before_any_job(tmp_path):
     assert res.returncode != 0 and line in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
 
 
+def test_a_toy_analysed_in_a_format_it_was_not_trained_on_is_refused_before_any_job(tmp_path):
+    cwd = workdir(tmp_path)
+    toy = {"hidden_size": 16, "layout": "LLLA", "heads": 1, "formats": ["translate_fused"]}
+    edit_config(cwd, lambda c: c["models"].update(fused={"family": "granitemoehybrid", "source": {"toy": toy}}))
+    edit_config(cwd, lambda c: c["circuit"].update(models=["fused"]))
+    res = snakemake(cwd, "-n")
+    line = (
+        "config circuit.format: fused was trained on translate_fused, not chat; set circuit.format to a format it "
+        "was trained on, or list in circuit.models only models trained on chat"
+    )
+    assert res.returncode != 0 and line in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
+    edit_config(cwd, lambda c: c["circuit"].update(format="translate_fused"))
+    res = snakemake(cwd, "-n")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+
+
 def dry_run(cwd, configfile):
     """snakemake -n with a --configfile, or with the default config/config.yaml."""
     if configfile:

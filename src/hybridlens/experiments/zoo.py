@@ -302,6 +302,19 @@ def check_chain(toy: dict, where: str):
         )
 
 
+def check_trained_format(section: str, models_key: str, fmt: str, trained: dict) -> None:
+    """Raise UserError when an analysis asks a toy in a format it was not trained on. A toy answers little or
+    nothing of another format (granite_toy, trained on chat and list, retrieves 0.08 of rev prompts), so the
+    analysis would measure a mechanism the toy does not have. trained: toy name -> its training formats."""
+    for name, formats in trained.items():
+        if fmt not in formats:
+            raise UserError(
+                f"config {section}.format: {name} was trained on {', '.join(formats)}, not {fmt}; set "
+                f"{section}.format to a format it was trained on, or list in {section}.{models_key} only models "
+                f"trained on {fmt}"
+            )
+
+
 def freeze_first_lookup(model, tokenizer, n_languages: int, seed: int, freeze_below: int):
     """Fix a chain toy's first lookup: freeze the token embedding and the layers below `freeze_below`.
 
