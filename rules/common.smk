@@ -160,6 +160,13 @@ def toy_spec(wildcards):
     return config["models"][wildcards.model]["source"]["toy"]
 
 
+def trained_formats(model):
+    """The formats a toy trains on and is gated on: its spec's, else the zoo's."""
+    return config["models"][model]["source"]["toy"].get(
+        "formats", config["zoo"]["formats"]
+    )
+
+
 def eval_pairs(wildcards):
     """Held-out dictionary size: zoo.eval_pairs, or the toy's largest curriculum size if smaller."""
     stages = toy_spec(wildcards).get("stages", config["zoo"]["stages"])
@@ -310,9 +317,7 @@ def check_analysed_formats():
     }
     for section, (key, names) in sections.items():
         trained = {
-            m: config["models"][m]["source"]["toy"].get(
-                "formats", config["zoo"]["formats"]
-            )
+            m: trained_formats(m)
             for m in names
             if m in config["models"]
             and is_toy(m)  # unknown names are refused where they are used

@@ -53,7 +53,7 @@ rule evaluate_toy:
         source=lambda wc: f"results/models/{wc.model}",
         zoo=canonical(config["zoo"]),
         gate=lambda wc: toy_spec(wc).get("gate", config["zoo"]["gate"]),
-        formats=lambda wc: toy_spec(wc).get("formats", config["zoo"]["formats"]),
+        formats=lambda wc: trained_formats(wc.model),
         eval_pairs=eval_pairs,
     script:
         "../workflow_scripts/evaluate_toy.py"

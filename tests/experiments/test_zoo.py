@@ -284,17 +284,17 @@ def test_a_toy_spec_sets_the_formats_it_trains_on(tmp_path):
 
 
 def test_data_seed_draws_the_batches_and_seed_the_initial_weights(tmp_path):
-    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3, "seed": 0}
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 3, "seed": 3}
 
     def weights(path):
         return load_model(path).model.state_dict()
 
     train_and_save("qwen3_5", {**spec, "data_seed": 1}, ZOO, tmp_path / "crossed", False)
     train_and_save("qwen3_5", spec, ZOO, tmp_path / "same", False)
-    train_and_save("qwen3_5", {**spec, "data_seed": 0}, ZOO, tmp_path / "explicit", False)
-    # The reference: weights drawn with seed 0, trained on the batches of seed 1.
+    train_and_save("qwen3_5", {**spec, "data_seed": 3}, ZOO, tmp_path / "explicit", False)
+    # The reference: weights drawn with seed 3, trained on the batches of seed 1.
     tokenizer = build_tokenizer(2)
-    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", 2, 0)
+    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", 2, 3)
     keys = ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done", "formats", "questions")
     train_toy(model, tokenizer, 3, seed=1, progress=False, **{k: ZOO[k] for k in keys})
     crossed, same, explicit = weights(tmp_path / "crossed"), weights(tmp_path / "same"), weights(tmp_path / "explicit")
