@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM
 from hybridlens.errors import UserError
 from hybridlens.experiments.zoo import (
     GateFailed,
+    GroupDropout,
     check_chain,
     check_gate,
     check_trained_format,
@@ -302,6 +303,49 @@ def test_data_seed_draws_the_batches_and_seed_the_initial_weights(tmp_path):
     assert all(torch.equal(crossed[k], reference[k]) for k in crossed)
     assert all(torch.equal(same[k], explicit[k]) for k in same)  # data_seed defaults to seed
     assert not all(torch.equal(crossed[k], same[k]) for k in same)
+
+
+def test_group_dropout_zeroes_whole_groups_per_prompt_and_only_in_training(tokenizer, make_audible):
+    """Each prompt of a training batch runs as if its dropped groups' mixers were zeroed by the intervention
+    engine; in eval mode, and once removed, the model is intact."""
+    from hybridlens.interventions.patch import run
+
+    model = build_toy_model("granitemoehybrid", len(tokenizer), 32, "LALA", heads=2)
+    make_audible(model)
+    hm = HybridModel(model, tokenizer)
+    ids, _ = hm.encode([p.text for p in make_prompts(0, 4, 4, "chat", 2)])
+    groups = ["layers.0.mixer_out", "layers.2.mixer_out"]  # G0 and G1 of LALA, one layer each
+    with torch.no_grad():
+        intact = run(hm, ids).logits
+        # Zeroing every group must change the logits, or the comparisons below could not fail.
+        assert (run(hm, ids, patch=dict.fromkeys(groups, torch.zeros_like)).logits - intact).abs().max() > 0.1
+        drop = GroupDropout(hm, 0.5, seed=0)
+        drop.keep = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+        model.train()
+        dropped = model(ids).logits
+        model.eval()
+        assert torch.equal(model(ids).logits, intact)
+        drop.remove()
+        model.train()
+        assert torch.allclose(model(ids).logits, intact)
+        model.eval()
+        for row, kept in enumerate(drop.keep.tolist()):
+            edits = {site: torch.zeros_like for site, k in zip(groups, kept, strict=True) if not k}
+            expected = run(hm, ids[row : row + 1], patch=edits).logits[0]
+            assert torch.allclose(dropped[row], expected, atol=1e-5), row
+    drop.draw(4000)  # each group independently at the rate asked, but one of two kept where both were drawn
+    assert drop.keep.shape == (4000, 2) and drop.keep.sum(1).min() == 1
+    assert abs(drop.keep.mean().item() - (0.5 + 0.25 / 2)) < 0.03
+
+
+def test_a_toy_spec_sets_the_group_dropout_of_its_training(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "steps": 3}
+    train_and_save("granitemoehybrid", spec, ZOO, tmp_path / "plain", False)
+    train_and_save("granitemoehybrid", {**spec, "group_drop": 0.0}, ZOO, tmp_path / "zero", False)
+    train_and_save("granitemoehybrid", {**spec, "group_drop": 0.5}, ZOO, tmp_path / "dropped", False)
+    plain, zero, dropped = (load_model(tmp_path / d).model.state_dict() for d in ("plain", "zero", "dropped"))
+    assert all(torch.equal(plain[k], zero[k]) for k in plain)
+    assert not all(torch.equal(plain[k], dropped[k]) for k in plain)
 
 
 def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_word(tmp_path):

@@ -2,6 +2,7 @@
 
 training_batch    prompts followed by their answers and further questions or recitals, with target positions
 train_toy         train a toy model on seeded retrieval prompts with an adaptive curriculum
+GroupDropout      zero whole groups of linear mixers per training prompt, so that no reader relies on one
 held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
 evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate        raise when retrieval is below the threshold
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from hybridlens.errors import UserError
 from hybridlens.interventions.cache import greedy
+from hybridlens.interventions.hooks import first_tensor, replace_first
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
@@ -140,6 +142,7 @@ def train_toy(
     keys=None,
     answer: str = "value",
     link_questions: int = 0,
+    group_drop: float = 0.0,
 ):
     """AdamW on the answer and persona-marker tokens of seeded retrieval prompts.
 
@@ -158,6 +161,7 @@ def train_toy(
 
     keys: the key words dictionaries draw from (default KEYS).
     answer, link_questions: what the batches ask (training_batch); the validation always scores the value.
+    group_drop: the probability that a group's mixers are zeroed in a training prompt (GroupDropout).
 
     Returns the training curve: rows {step, n_pairs, loss, accuracy}, and `validation` (the worst
     format's validation retrieval) on the rows where it was measured.
@@ -185,8 +189,11 @@ def train_toy(
     weight = min(1.0, batch_size / 640)
     stage, ema, curve = 0, 0.0, []
     validator = HybridModel(model, tokenizer)
+    drop = GroupDropout(validator, group_drop, seed) if group_drop else None
     bar = tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
     for step in bar:
+        if drop:
+            drop.draw(batch_size)
         n_pairs = stages[stage]
         prompts = make_prompts(
             rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages, keys=keys or KEYS
@@ -226,8 +233,48 @@ def train_toy(
             curve.append(row)
             break
         scheduler.step()  # after `reached` is known, so the decay starts on the next step
+    if drop:
+        drop.remove()
     model.eval()
     return curve
+
+
+class GroupDropout:
+    """Zero every mixer of a group, each group independently with probability p per training prompt, but
+    never every group of a prompt (a one-group model is left whole).
+
+    A reader can then not count on an earlier group's write being there, so each group learns to build the
+    query on its own (the scale experiment's chain, docs/scale.md). Inactive in eval mode, so validation
+    and every analysis see the whole model.
+    """
+
+    def __init__(self, hm, p: float, seed: int):
+        self.p, self.generator, self.keep = p, torch.Generator().manual_seed(seed), None
+        self.handles = [
+            hm.mixer(layer).register_forward_hook(self._hook(g))
+            for g, layers in enumerate(hm.groups)
+            for layer in layers
+        ]
+        self.n_groups = len(hm.groups)
+
+    def draw(self, batch_size: int):
+        keep = torch.rand(batch_size, self.n_groups, generator=self.generator) >= self.p
+        # A prompt with every group dropped cannot be answered; keep one of its groups, drawn at random.
+        none = ~keep.any(1)
+        keep[none, torch.randint(self.n_groups, (int(none.sum()),), generator=self.generator)] = True
+        self.keep = keep.float()
+
+    def _hook(self, g):
+        def hook(module, args, output):
+            if not module.training:
+                return None
+            return replace_first(output, first_tensor(output) * self.keep[:, g, None, None])
+
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
 
 
 def held_out_prompts(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int):
@@ -367,6 +414,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         validate_every=zoo.get("validate_every", 100),
         progress=progress,
         keys=key_words(toy.get("keys")),
+        group_drop=toy.get("group_drop", 0.0),
     )
     curve = []
     if chain:  # first phase: the link as the answer; then the first lookup is fixed and the value trained

@@ -14,12 +14,12 @@ class StopForward(Exception):
     """Raised after the last module of interest, so the rest of the forward is skipped."""
 
 
-def _first_tensor(value):
+def first_tensor(value):
     """The hidden-state tensor of a module's output (decoder layers may return a tuple)."""
     return value[0] if isinstance(value, tuple) else value
 
 
-def _replace_first(value, tensor):
+def replace_first(value, tensor):
     return (tensor, *value[1:]) if isinstance(value, tuple) else tensor
 
 
@@ -87,9 +87,9 @@ class Trace:
 
     def _hook(self, module, args, output):
         if self.edit_output is not None:
-            output = _replace_first(output, self.edit_output(_first_tensor(output), self.name))
+            output = replace_first(output, self.edit_output(first_tensor(output), self.name))
         if self.retain_output:
-            self.output = _copy(_first_tensor(output), self.clone, self.detach)
+            self.output = _copy(first_tensor(output), self.clone, self.detach)
         if self.retain_weights:
             self.weights = _copy(output[1], self.clone, self.detach)
         if self.stop:
