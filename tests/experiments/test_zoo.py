@@ -15,6 +15,7 @@ from hybridlens.experiments.zoo import (
     check_trained_format,
     evaluate_model,
     held_out_prompts,
+    running_accuracy,
     train_and_save,
     train_toy,
     training_batch,
@@ -336,6 +337,14 @@ def test_group_dropout_zeroes_whole_groups_per_prompt_and_only_in_training(token
     drop.draw(4000)  # each group independently at the rate asked, but one of two kept where both were drawn
     assert drop.keep.shape == (4000, 2) and drop.keep.sum(1).min() == 1
     assert abs(drop.keep.mean().item() - (0.5 + 0.25 / 2)) < 0.03
+
+
+def test_under_group_dropout_the_running_accuracy_counts_only_the_prompts_that_kept_every_group():
+    hits = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    assert running_accuracy(0.5, hits, 0.1) == pytest.approx(0.9 * 0.5 + 0.1 * 0.375)
+    whole = torch.tensor([True, False, True, False])  # their mean is 0.75, half the batch
+    assert running_accuracy(0.5, hits, 0.1, whole) == pytest.approx(0.95 * 0.5 + 0.05 * 0.75)
+    assert running_accuracy(0.5, hits, 0.1, torch.zeros(4, dtype=torch.bool)) == 0.5
 
 
 def test_a_toy_spec_sets_the_group_dropout_of_its_training(tmp_path):

@@ -2,6 +2,7 @@
 
 training_batch    prompts followed by their answers and further questions or recitals, with target positions
 train_toy         train a toy model on seeded retrieval prompts with an adaptive curriculum
+running_accuracy  the curriculum's running accuracy (under group dropout: on the prompts that kept every group)
 GroupDropout      zero whole groups of linear mixers per training prompt, so that no reader relies on one
 held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
 evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
@@ -207,8 +208,9 @@ def train_toy(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        acc = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float().mean().item()
-        ema = (1 - weight) * ema + weight * acc
+        hits = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float()
+        acc = hits.mean().item()
+        ema = running_accuracy(ema, hits, weight, drop.whole if drop else None)
         row = {"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc}
         if step % log_every == 0 or step == steps - 1:
             curve.append(row)
@@ -239,9 +241,24 @@ def train_toy(
     return curve
 
 
+def running_accuracy(ema: float, hits, weight: float, whole=None) -> float:
+    """The curriculum's running accuracy after one batch: an EMA of the answers' hits [prompts, answers].
+
+    whole: under group dropout, the prompts that kept every group. The curriculum judges the whole model,
+    so only those count, with the weight of their share of the batch.
+    """
+    if whole is None:
+        return (1 - weight) * ema + weight * hits.mean().item()
+    if not whole.any():
+        return ema
+    share = weight * whole.float().mean().item()
+    return (1 - share) * ema + share * hits[whole].mean().item()
+
+
 class GroupDropout:
     """Zero every mixer of a group, each group independently with probability p per training prompt, but
-    never every group of a prompt (a one-group model is left whole).
+    never every group of a prompt (a one-group model is left whole). `whole` marks the prompts that kept
+    every group: the curriculum's running accuracy is taken on those alone.
 
     A reader can then not count on an earlier group's write being there, so each group learns to build the
     query on its own (the scale experiment's chain, docs/scale.md). Inactive in eval mode, so validation
@@ -249,7 +266,7 @@ class GroupDropout:
     """
 
     def __init__(self, hm, p: float, seed: int):
-        self.p, self.generator, self.keep = p, torch.Generator().manual_seed(seed), None
+        self.p, self.generator, self.keep, self.whole = p, torch.Generator().manual_seed(seed), None, None
         self.handles = [
             hm.mixer(layer).register_forward_hook(self._hook(g))
             for g, layers in enumerate(hm.groups)
@@ -262,7 +279,7 @@ class GroupDropout:
         # A prompt with every group dropped cannot be answered; keep one of its groups, drawn at random.
         none = ~keep.any(1)
         keep[none, torch.randint(self.n_groups, (int(none.sum()),), generator=self.generator)] = True
-        self.keep = keep.float()
+        self.keep, self.whole = keep.float(), keep.all(1)
 
     def _hook(self, g):
         def hook(module, args, output):
