@@ -260,9 +260,9 @@ class GroupDropout:
     never every group of a prompt (a one-group model is left whole). `whole` marks the prompts that kept
     every group: the curriculum's running accuracy is taken on those alone.
 
-    A reader can then not count on an earlier group's write being there, so each group learns to build the
-    query on its own (the scale experiment's chain, docs/scale.md). Inactive in eval mode, so validation
-    and every analysis see the whole model.
+    A reader can then not count on an earlier group's write being there, which was meant to make each group
+    build the query on its own; in the toys it made the later groups dispensable instead (docs/scale.md).
+    Inactive in eval mode, so validation and every analysis see the whole model.
     """
 
     def __init__(self, hm, p: float, seed: int):
