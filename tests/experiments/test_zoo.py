@@ -347,6 +347,29 @@ def test_under_group_dropout_the_running_accuracy_counts_only_the_prompts_that_k
     assert running_accuracy(0.5, hits, 0.1, torch.zeros(4, dtype=torch.bool)) == 0.5
 
 
+def test_an_interrupted_training_leaves_no_group_dropout_on_the_model(tokenizer, make_audible):
+    model = build_toy_model("granitemoehybrid", len(tokenizer), 32, "LALA", heads=2)
+    make_audible(model)
+
+    def interrupt(opt, args, kwargs):
+        raise KeyboardInterrupt  # a notebook's Ctrl-C during the first step
+
+    hook = register_optimizer_step_pre_hook(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_toy(model, tokenizer, 5, [2], batch_size=4, group_drop=0.9, progress=False)
+    finally:
+        hook.remove()
+    hm = HybridModel(model, tokenizer)
+    ids, _ = hm.encode([p.text for p in make_prompts(0, 8, 2, "chat", 2)])
+    with torch.no_grad():
+        model.eval()
+        intact = model(ids).logits
+        model.train()  # a dropout hook left behind would zero groups here
+        assert torch.allclose(model(ids).logits, intact)
+    assert not any(hm.mixer(layer)._forward_hooks for group in hm.groups for layer in group)
+
+
 def test_a_toy_spec_sets_the_group_dropout_of_its_training(tmp_path):
     spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "steps": 3}
     train_and_save("granitemoehybrid", spec, ZOO, tmp_path / "plain", False)

@@ -191,52 +191,55 @@ def train_toy(
     stage, ema, curve = 0, 0.0, []
     validator = HybridModel(model, tokenizer)
     drop = GroupDropout(validator, group_drop, seed) if group_drop else None
-    bar = tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
-    for step in bar:
-        if drop:
-            drop.draw(batch_size)
-        n_pairs = stages[stage]
-        prompts = make_prompts(
-            rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages, keys=keys or KEYS
-        )
-        ids, targets, answers = training_batch(
-            tokenizer, prompts, extra_queries, rng, n_languages, questions, answer, link_questions
-        )
-        logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every target
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        hits = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float()
-        acc = hits.mean().item()
-        ema = running_accuracy(ema, hits, weight, drop.whole if drop else None)
-        row = {"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc}
-        if step % log_every == 0 or step == steps - 1:
-            curve.append(row)
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{ema:.2f}", pairs=n_pairs)
-        last = stage == len(stages) - 1
-        if not last and ema >= advance:
-            stage, ema = stage + 1, 0.0
-        elif last and reached is None and ema >= done:
-            reached = step
-            if target is None and not anneal:
+    # A notebook's interrupt must not leave the dropout hooks on the model.
+    try:
+        bar = tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
+        for step in bar:
+            if drop:
+                drop.draw(batch_size)
+            n_pairs = stages[stage]
+            prompts = make_prompts(
+                rng.randrange(2**31), batch_size, n_pairs, rng.choice(formats), n_languages, keys=keys or KEYS
+            )
+            ids, targets, answers = training_batch(
+                tokenizer, prompts, extra_queries, rng, n_languages, questions, answer, link_questions
+            )
+            logits = model(ids[:, :-1], **fast).logits[:, targets - 1]  # predictions of every target
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, targets])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            hits = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float()
+            acc = hits.mean().item()
+            ema = running_accuracy(ema, hits, weight, drop.whole if drop else None)
+            row = {"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc}
+            if step % log_every == 0 or step == steps - 1:
+                curve.append(row)
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{ema:.2f}", pairs=n_pairs)
+            last = stage == len(stages) - 1
+            if not last and ema >= advance:
+                stage, ema = stage + 1, 0.0
+            elif last and reached is None and ema >= done:
+                reached = step
+                if target is None and not anneal:
+                    curve.append(row)
+                    break
+            if target is not None and reached is not None and (step - reached) % validate_every == 0:
+                model.eval()
+                rows = evaluate_model(validator, val_seed, val_n, n_pairs, n_languages, formats)
+                model.train()
+                curve.append(row | {"validation": min(r["retrieval"] for r in rows)})
+                bar.set_postfix(loss=f"{loss.item():.3f}", validation=f"{curve[-1]['validation']:.3f}")
+                if curve[-1]["validation"] >= target:
+                    break
+            if anneal and reached is not None and step - reached >= anneal:  # learning rate is down to zero
                 curve.append(row)
                 break
-        if target is not None and reached is not None and (step - reached) % validate_every == 0:
-            model.eval()
-            rows = evaluate_model(validator, val_seed, val_n, n_pairs, n_languages, formats)
-            model.train()
-            curve.append(row | {"validation": min(r["retrieval"] for r in rows)})
-            bar.set_postfix(loss=f"{loss.item():.3f}", validation=f"{curve[-1]['validation']:.3f}")
-            if curve[-1]["validation"] >= target:
-                break
-        if anneal and reached is not None and step - reached >= anneal:  # learning rate is down to zero
-            curve.append(row)
-            break
-        scheduler.step()  # after `reached` is known, so the decay starts on the next step
-    if drop:
-        drop.remove()
+            scheduler.step()  # after `reached` is known, so the decay starts on the next step
+    finally:
+        if drop:
+            drop.remove()
     model.eval()
     return curve
 
