@@ -7,6 +7,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import AutoModelForCausalLM
 
 from hybridlens.errors import UserError
+from hybridlens.experiments import zoo as zoo_module
 from hybridlens.experiments.zoo import (
     GateFailed,
     GroupDropout,
@@ -347,6 +348,22 @@ def test_under_group_dropout_the_running_accuracy_counts_only_the_prompts_that_k
     assert running_accuracy(0.5, hits, 0.1, torch.zeros(4, dtype=torch.bool)) == 0.5
 
 
+def test_the_each_gate_judges_every_set_of_kept_groups_and_takes_the_worst(tokenizer):
+    hm = HybridModel(build_toy_model("granitemoehybrid", len(tokenizer), 16, "LALA", heads=2), tokenizer)
+    whole, each = GroupDropout(hm, 0.5, seed=0), GroupDropout(hm, 0.5, seed=0, gate="each")
+    hits = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    for drop in (whole, each):
+        drop.keep = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    assert whole.running_accuracy(hits, 0.1) == pytest.approx(0.05 * 1.0)  # two of four kept both: all hit
+    assert each.running_accuracy(hits, 0.1) == 0.0  # G1 alone has not been drawn yet
+    each.keep = torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    # per set, a quarter of the batch weighs 0.025 and half 0.05: both kept (0.05, then 1.0 at 0.025), G0
+    # alone (0.25 at 0.05, then 0.0 at 0.025), G1 alone (0.75 at 0.05); G0 alone is the worst
+    expected = {(True, True): 0.975 * 0.05 + 0.025, (True, False): 0.975 * 0.0125, (False, True): 0.0375}
+    assert each.running_accuracy(hits, 0.1) == pytest.approx(min(expected.values()))
+    assert each.emas == pytest.approx(expected)
+
+
 def test_an_interrupted_training_leaves_no_group_dropout_on_the_model(tokenizer, make_audible):
     model = build_toy_model("granitemoehybrid", len(tokenizer), 32, "LALA", heads=2)
     make_audible(model)
@@ -378,6 +395,21 @@ def test_a_toy_spec_sets_the_group_dropout_of_its_training(tmp_path):
     plain, zero, dropped = (load_model(tmp_path / d).model.state_dict() for d in ("plain", "zero", "dropped"))
     assert all(torch.equal(plain[k], zero[k]) for k in plain)
     assert not all(torch.equal(plain[k], dropped[k]) for k in plain)
+
+
+def test_a_toy_spec_sets_what_the_curriculum_judges_under_group_dropout(tmp_path, monkeypatch):
+    gates = []
+
+    class Recorded(zoo_module.GroupDropout):  # the real dropout, noting the gate it was given
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            gates.append(self.gate)
+
+    monkeypatch.setattr(zoo_module, "GroupDropout", Recorded)
+    spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "steps": 2, "group_drop": 0.5}
+    train_and_save("granitemoehybrid", spec, ZOO, tmp_path / "whole", False)
+    train_and_save("granitemoehybrid", {**spec, "group_gate": "each"}, ZOO, tmp_path / "each", False)
+    assert gates == ["whole", "each"]
 
 
 def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_word(tmp_path):

@@ -144,6 +144,7 @@ def train_toy(
     answer: str = "value",
     link_questions: int = 0,
     group_drop: float = 0.0,
+    group_gate: str = "whole",
 ):
     """AdamW on the answer and persona-marker tokens of seeded retrieval prompts.
 
@@ -163,6 +164,8 @@ def train_toy(
     keys: the key words dictionaries draw from (default KEYS).
     answer, link_questions: what the batches ask (training_batch); the validation always scores the value.
     group_drop: the probability that a group's mixers are zeroed in a training prompt (GroupDropout).
+    group_gate: which of its prompts the curriculum judges: `whole`, those that kept every group; `each`,
+    every set of kept groups on its own, the worst counting, so that a stage ends only once each set answers.
 
     Returns the training curve: rows {step, n_pairs, loss, accuracy}, and `validation` (the worst
     format's validation retrieval) on the rows where it was measured.
@@ -190,7 +193,7 @@ def train_toy(
     weight = min(1.0, batch_size / 640)
     stage, ema, curve = 0, 0.0, []
     validator = HybridModel(model, tokenizer)
-    drop = GroupDropout(validator, group_drop, seed) if group_drop else None
+    drop = GroupDropout(validator, group_drop, seed, group_gate) if group_drop else None
     # A notebook's interrupt must not leave the dropout hooks on the model.
     try:
         bar = tqdm(range(steps), disable=not progress, mininterval=2, desc="train")
@@ -212,7 +215,7 @@ def train_toy(
             opt.step()
             hits = (logits[:, answers].argmax(-1) == ids[:, targets[answers]]).float()
             acc = hits.mean().item()
-            ema = running_accuracy(ema, hits, weight, drop.whole if drop else None)
+            ema = drop.running_accuracy(hits, weight) if drop else running_accuracy(ema, hits, weight)
             row = {"step": step, "n_pairs": n_pairs, "loss": loss.item(), "accuracy": acc}
             if step % log_every == 0 or step == steps - 1:
                 curve.append(row)
@@ -220,6 +223,8 @@ def train_toy(
             last = stage == len(stages) - 1
             if not last and ema >= advance:
                 stage, ema = stage + 1, 0.0
+                if drop:
+                    drop.emas.clear()
             elif last and reached is None and ema >= done:
                 reached = step
                 if target is None and not anneal:
@@ -244,32 +249,33 @@ def train_toy(
     return curve
 
 
-def running_accuracy(ema: float, hits, weight: float, whole=None) -> float:
+def running_accuracy(ema: float, hits, weight: float, mask=None) -> float:
     """The curriculum's running accuracy after one batch: an EMA of the answers' hits [prompts, answers].
 
-    whole: under group dropout, the prompts that kept every group. The curriculum judges the whole model,
-    so only those count, with the weight of their share of the batch.
+    mask: under group dropout, the prompts judged (GroupDropout.running_accuracy); they count with the
+    weight of their share of the batch.
     """
-    if whole is None:
+    if mask is None:
         return (1 - weight) * ema + weight * hits.mean().item()
-    if not whole.any():
+    if not mask.any():
         return ema
-    share = weight * whole.float().mean().item()
-    return (1 - share) * ema + share * hits[whole].mean().item()
+    share = weight * mask.float().mean().item()
+    return (1 - share) * ema + share * hits[mask].mean().item()
 
 
 class GroupDropout:
     """Zero every mixer of a group, each group independently with probability p per training prompt, but
-    never every group of a prompt (a one-group model is left whole). `whole` marks the prompts that kept
-    every group: the curriculum's running accuracy is taken on those alone.
+    never every group of a prompt (a one-group model is left whole). Inactive in eval mode, so validation
+    and every analysis see the whole model.
 
-    A reader can then not count on an earlier group's write being there, which was meant to make each group
-    build the query on its own; in the toys it made the later groups dispensable instead (docs/scale.md).
-    Inactive in eval mode, so validation and every analysis see the whole model.
+    A reader can then not count on an earlier group's write being there. If the curriculum judges only the
+    prompts that kept every group (gate `whole`), the toys made the later groups dispensable; judging each
+    set of kept groups (gate `each`) makes a later group answer alone (docs/scale.md).
     """
 
-    def __init__(self, hm, p: float, seed: int):
-        self.p, self.generator, self.keep, self.whole = p, torch.Generator().manual_seed(seed), None, None
+    def __init__(self, hm, p: float, seed: int, gate: str = "whole"):
+        self.p, self.gate, self.generator, self.keep = p, gate, torch.Generator().manual_seed(seed), None
+        self.emas = {}  # running accuracy per judged set of kept groups
         self.handles = [
             hm.mixer(layer).register_forward_hook(self._hook(g))
             for g, layers in enumerate(hm.groups)
@@ -282,7 +288,19 @@ class GroupDropout:
         # A prompt with every group dropped cannot be answered; keep one of its groups, drawn at random.
         none = ~keep.any(1)
         keep[none, torch.randint(self.n_groups, (int(none.sum()),), generator=self.generator)] = True
-        self.keep, self.whole = keep.float(), keep.all(1)
+        self.keep = keep.float()
+
+    def running_accuracy(self, hits, weight: float) -> float:
+        """The curriculum's running accuracy after this batch's hits: that of the prompts that kept every
+        group (`whole`), or the worst of every set of kept groups, 0 until each set has been drawn (`each`)."""
+        keep = self.keep.bool()
+        judged = {(True,) * self.n_groups: keep.all(1)}
+        if self.gate == "each":
+            judged = {tuple(k.tolist()): (keep == k).all(1) for k in keep.unique(dim=0)}
+        for kept, mask in judged.items():
+            self.emas[kept] = running_accuracy(self.emas.get(kept, 0.0), hits, weight, mask)
+        sets = 2**self.n_groups - 1 if self.gate == "each" else 1
+        return min(self.emas.values()) if len(self.emas) == sets else 0.0
 
     def _hook(self, g):
         def hook(module, args, output):
@@ -435,6 +453,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         progress=progress,
         keys=key_words(toy.get("keys")),
         group_drop=toy.get("group_drop", 0.0),
+        group_gate=toy.get("group_gate", "whole"),
     )
     curve = []
     if chain:  # first phase: the link as the answer; then the first lookup is fixed and the value trained
