@@ -11,7 +11,7 @@ from hybridlens.config import (
     check_config,
     load_config,
 )
-from hybridlens.experiments.zoo import check_chain, check_trained_format
+from hybridlens.experiments.zoo import check_toy, check_trained_format
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
 from hybridlens.store import sweep_temporaries
@@ -102,7 +102,7 @@ def check_sources():
                 f"use only the letters {family.letters!r}"
             )
         if is_toy(name):
-            check_chain(entry["source"]["toy"], f"{where}.toy")
+            check_toy(entry["source"]["toy"], f"{where}.toy")
         if is_realshape(name):
             path = Path(realshape_config(name))
             if not path.is_file():

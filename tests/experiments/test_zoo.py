@@ -11,8 +11,8 @@ from hybridlens.experiments import zoo as zoo_module
 from hybridlens.experiments.zoo import (
     GateFailed,
     GroupDropout,
-    check_chain,
     check_gate,
+    check_toy,
     check_trained_format,
     evaluate_model,
     held_out_prompts,
@@ -196,6 +196,13 @@ def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_va
     assert e_chain[~kept].std().item() == pytest.approx(e_first.std().item(), rel=0.2)  # drawn at its scale
 
 
+def test_a_group_gate_without_group_dropout_is_refused_in_one_line():
+    spec = {"hidden_size": 16, "layout": "LALA", "group_drop": 0.5, "group_gate": "each"}
+    check_toy(spec, "m.toy")  # this one trains
+    with pytest.raises(UserError, match=r"^m.toy.group_gate: it judges the groups that group dropout keeps; set gr"):
+        check_toy(spec | {"group_drop": 0}, "m.toy")
+
+
 @pytest.mark.parametrize(
     "change, line",
     [
@@ -209,9 +216,9 @@ def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_va
 )
 def test_a_chain_that_cannot_train_is_refused_in_one_line(change, line):
     spec = {"hidden_size": 16, "layout": "LALA", "formats": ["hop"], "chain": {"steps": 5, "freeze_below": 2}}
-    check_chain(spec, "m.toy")  # this one trains
+    check_toy(spec, "m.toy")  # this one trains
     with pytest.raises(UserError) as err:
-        check_chain(spec | change, "m.toy")
+        check_toy(spec | change, "m.toy")
     assert str(err.value).startswith(line)
 
 

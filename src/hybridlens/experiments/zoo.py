@@ -2,12 +2,12 @@
 
 training_batch    prompts followed by their answers and further questions or recitals, with target positions
 train_toy         train a toy model on seeded retrieval prompts with an adaptive curriculum
-running_accuracy  the curriculum's running accuracy (under group dropout: on the prompts that kept every group)
-GroupDropout      zero whole groups of linear mixers per training prompt, so that no reader relies on one
+running_accuracy  the curriculum's running accuracy (under group dropout: of the prompts it judges)
+GroupDropout      zero whole groups of linear mixers per training prompt; its gate judges the sets kept
 held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
 evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate        raise when retrieval is below the threshold
-check_chain       refuse a toy spec's `chain` key that cannot train, in one line
+check_toy         refuse a toy spec whose keys cannot train as asked (chain, group_gate), in one line
 train_and_save    build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
@@ -372,9 +372,12 @@ def check_gate(name, rows, threshold, formats=FORMATS, label="gate", fix="train 
         )
 
 
-def check_chain(toy: dict, where: str):
-    """Raise UserError when a toy spec's `chain` key cannot train: its first phase answers with a hop
-    prompt's link, and its second needs layers above the frozen ones."""
+def check_toy(toy: dict, where: str):
+    """Raise UserError when a toy spec's keys cannot train as asked: a `chain`'s first phase answers with a
+    hop prompt's link, and its second needs layers above the frozen ones; `group_gate` judges the groups
+    that group dropout keeps, so it needs `group_drop`."""
+    if "group_gate" in toy and not toy.get("group_drop"):
+        raise UserError(f"{where}.group_gate: it judges the groups that group dropout keeps; set group_drop")
     chain = toy.get("chain")
     if chain is None:
         return
