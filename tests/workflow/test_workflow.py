@@ -296,7 +296,7 @@ def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
     assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
 
 
-@pytest.mark.parametrize("preset, toys", [("chain", "3"), ("groups", "5")])
+@pytest.mark.parametrize("preset, toys", [("chain", "3"), ("groups", "6")])
 def test_a_sweep_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path, preset, toys):
     counts = preset_jobs(tmp_path, preset)
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == toys

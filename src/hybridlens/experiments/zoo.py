@@ -270,7 +270,8 @@ class GroupDropout:
 
     A reader can then not count on an earlier group's write being there. If the curriculum judges only the
     prompts that kept every group (gate `whole`), the toys made the later groups dispensable; judging each
-    set of kept groups (gate `each`) makes a later group answer alone (docs/scale.md).
+    set of kept groups (gate `each`) makes a later group answer alone, and with a state too small to answer
+    from, the groups share the query (docs/scale.md).
     """
 
     def __init__(self, hm, p: float, seed: int, gate: str = "whole"):
