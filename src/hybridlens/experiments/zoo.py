@@ -295,12 +295,12 @@ class GroupDropout:
         """The curriculum's running accuracy after this batch's hits: that of the prompts that kept every
         group (`whole`), or the worst of every set of kept groups, 0 until each set has been drawn (`each`)."""
         keep = self.keep.bool()
-        judged = {(True,) * self.n_groups: keep.all(1)}
         if self.gate == "each":
-            judged = {tuple(k.tolist()): (keep == k).all(1) for k in keep.unique(dim=0)}
+            judged, sets = {tuple(k.tolist()): (keep == k).all(1) for k in keep.unique(dim=0)}, 2**self.n_groups - 1
+        else:
+            judged, sets = {(True,) * self.n_groups: keep.all(1)}, 1
         for kept, mask in judged.items():
             self.emas[kept] = running_accuracy(self.emas.get(kept, 0.0), hits, weight, mask)
-        sets = 2**self.n_groups - 1 if self.gate == "each" else 1
         return min(self.emas.values()) if len(self.emas) == sets else 0.0
 
     def _hook(self, g):
