@@ -40,3 +40,23 @@ def test_model_panels_wrap_many_models_into_rows_of_six_and_keep_few_in_one_row(
     assert panels[6][0].get_subplotspec().rowspan.start == 2 and panels[7][1].get_subplotspec().rowspan.start == 3
     assert panels[7][1].get_subplotspec().colspan.start == 1
     assert sum(not ax.get_visible() for ax in fig.axes) == 2 * (12 - 8)  # the unused panels of the last block
+
+
+def test_groups_needed_labels_toys_at_one_point_once_listing_them_all(tmp_path, monkeypatch):
+    from hybridlens.plots.scale import groups_needed
+
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    sizes = pd.DataFrame(
+        {
+            "model": ["one", "seed0", "seed1", "control", "stuck"],
+            "parameters": [1000, 3000, 3000, 3000, 3000],
+            "groups": ["G0", "G0 G1 G2", "G0 G1 G2", "G0 G1 G2", "G0 G1 G2"],
+            "groups_needed": [1, 3, 3, 1, np.nan],
+            "threshold": [0.9] * 5,
+        }
+    )
+    groups_needed({"sizes": sizes}, tmp_path / "g.png")
+    labels = {(t.xy, t.get_text()) for t in drawn[0].axes[0].texts}
+    # Two seeds at one point share a label; that size's control and the unreached toy (drawn at the top) get theirs.
+    assert labels == {((1000, 1), "one"), ((3000, 3), "seed0\nseed1"), ((3000, 1), "control"), ((3000, 4), "stuck")}

@@ -8,7 +8,6 @@ groups_needed  groups needed to redirect >= threshold against model size
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
 from hybridlens.plots import CONDITION_COLORS, PALETTE, WEAK, interval, weak_note
 
@@ -132,9 +131,10 @@ def groups_needed(tables, path):
     reached = s["groups_needed"].notna()
     ax.plot(s["parameters"][reached], s["groups_needed"][reached], "o-", color=CONDITION_COLORS["address"])
     ax.plot(s["parameters"][~reached], [top] * int((~reached).sum()), "x", color=PALETTE[3], label="never reached")
-    for r in s.itertuples():
-        y = r.groups_needed if pd.notna(r.groups_needed) else top
-        ax.annotate(r.model, (r.parameters, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    # Toys of one parameter count (seeds, controls) land on one point: one label lists them all, not overprinted.
+    y = s["groups_needed"].fillna(top)
+    for (parameters, at), names in s.groupby([s["parameters"], y])["model"]:
+        ax.annotate("\n".join(names), (parameters, at), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_ylim(0, top + 0.5)
     ax.set_xlabel("parameters", fontsize=8)
