@@ -3,11 +3,12 @@
 For one model: which attention heads read the target (readers), what removing each group does (removal
 profile), what the donor's final-position writes of each group, and of every pair of groups, do to the host
 (group transplant), whether a later reader still finds the target when an earlier reader is blocked at the
-final position (blocking), and the verdict: is the Address computation concentrated in one group or
-distributed over a chain of groups?
+final position (blocking), and the verdict: is the Address computation concentrated in one group,
+distributed over a chain of groups, or built by an attention layer instead of any group?
 
 readers         one reader per attention layer (its best head) whose attention to the target is high enough
 group_sets      the group sets transplanted: every group; pairs and runs before the last attention layer
+attention_sets  the attention layers before the last one, whose final-position writes are transplanted too
 profile_rows    per-item removal profile (accuracy, D, main reader's attention) for every group
 transplant_rows per-item final-position transplants of every group set, with every reader's attention
 blocking_rows   per-item attention of a later reader, and accuracy, with an earlier reader (its head, its layer)
@@ -51,6 +52,14 @@ def group_sets(groups, last_attention: int) -> list[tuple[int, ...]]:
     sets += list(itertools.combinations(before, 2))
     sets += [tuple(before[k:]) for k in range(len(before) - 2, -1, -1) if len(before) - k > 2]
     return list(dict.fromkeys(sets))
+
+
+def attention_sets(kinds) -> list[int]:
+    """Pure attention layers before the last attention layer: one can build the query itself (a head that copies
+    the question's key to the final position), and then no group's write moves it. A parallel layer's write
+    holds its linear half too, so it is a group's, not one of these."""
+    last = max(i for i, k in enumerate(kinds) if k in ("attention", "parallel"))
+    return [i for i, k in enumerate(kinds) if k == "attention" and i < last]
 
 
 def set_name(gs) -> str:
@@ -99,17 +108,20 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
 
 
 @torch.no_grad()
-def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list, intact=None):
-    """Copy the donor's final-position writes of a group set into the host's final position (none: intact)."""
+def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list, intact=None, attention=()):
+    """Copy the donor's final-position writes of a group set into the host's final position (none: intact),
+    then those of each attention layer in `attention` (rows A{layer}, n_groups 0)."""
     a_entry, b_entry = [t.donor.query for t in items], [t.host.query for t in items]
     a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
-    sites = [s for layers in hm.groups for s in mixer_sites(layers)]
+    sites = [s for layers in hm.groups for s in mixer_sites(layers)] + mixer_sites(list(attention))
     _, _, writes = donors.forward(capture=sites, capture_at=[-1], logits=False)
     read = sorted({r["layer"] for r in reader_list})
+    moves = [(set_name(gs), len(gs), [layer for g in gs for layer in hm.groups[g]]) for gs in sets]
+    moves = [("none", 0, [])] + moves + [(f"A{layer}", 0, [layer]) for layer in attention]
     rows = []
-    for gs in [()] + list(sets):
-        edits = {s: Edit([-1], writes[s]) for g in gs for s in mixer_sites(hm.groups[g])}
-        logits, attn, _ = intact if not gs and intact else hosts.forward(edits, attention=read)
+    for name, n_groups, layers in moves:
+        edits = {s: Edit([-1], writes[s]) for s in mixer_sites(layers)}
+        logits, attn, _ = intact if not layers and intact else hosts.forward(edits, attention=read)
         la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
         top = logits.argmax(-1)
         to_a = _reader_attention(attn, reader_list, a_pos)
@@ -118,8 +130,8 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list,
             row = {
                 "seed": t.seed,
                 "item": t.index,
-                "groups": set_name(gs) or "none",
-                "n_groups": len(gs),
+                "groups": name,
+                "n_groups": n_groups,
                 "redirect": int(top[i] == hosts.value_ids[i, a_entry[i]]),
                 "d_ab": (la[i] - lb[i]).item(),
             }
@@ -178,6 +190,7 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
 def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
     """Profile, transplant and blocking rows over batches whose host and donor share a token length."""
     sets = group_sets(hm.groups, max(hm.attention_layers()))
+    attention = attention_sets(hm.kinds)
     profile, transplant, blocking = [], [], []
     for batch in item_batches(hm, items, lambda t: (t.host, t.donor), batch_size):
         hosts = Runner(hm, [t.host for t in batch], n_languages)
@@ -185,7 +198,7 @@ def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
         read = sorted({r["layer"] for r in reader_list} | {main["layer"]})
         intact = hosts.forward(attention=read)  # one unedited forward serves all three
         profile += profile_rows(hm, hosts, batch, reader_list, main, intact)
-        transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list, intact)
+        transplant += transplant_rows(hm, hosts, donors, batch, sets, reader_list, intact, attention)
         blocking += blocking_rows(hm, hosts, batch, reader_list, intact)
     return profile, transplant, blocking
 
@@ -260,11 +273,21 @@ def summarize_blocking(rows, n_boot: int = 2000):
 
 
 def verdict(transplant_summary, reader_list, threshold: float) -> dict:
-    """Concentrated (one group redirects >= threshold), distributed (a set of several does) or neither."""
+    """Concentrated (one group redirects >= threshold), distributed (a set of several does), built by attention
+    (no group set does, the write of an earlier attention layer that is no reader does: a reader's write
+    carries the value it read, not a query) or not redirected."""
     hits = [r for r in transplant_summary if r["n_groups"] > 0 and r["redirect"] >= threshold]
     singles = [r for r in transplant_summary if r["n_groups"] == 1]
     best_single = max(singles, key=lambda r: r["redirect"])
-    if not hits:
+    reading = {f"A{r['layer']}" for r in reader_list}
+    movers = [
+        r
+        for r in transplant_summary
+        if r["groups"].startswith("A") and r["groups"] not in reading and r["redirect"] >= threshold
+    ]
+    if not hits and movers:
+        needed, kind, best = None, "built by attention", max(movers, key=lambda r: r["redirect"])
+    elif not hits:
         needed, kind, best = None, "not redirected", best_single
     else:
         best = min(hits, key=lambda r: (r["n_groups"], -r["redirect"]))

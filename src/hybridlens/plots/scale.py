@@ -2,7 +2,8 @@
 
 redirect       size × group heatmap of the final-position group transplant's redirect rate
 removal        size × group heatmaps of removal effects: accuracy, D and main-reader attention, relative to intact
-chain          the largest size: group sets (singles, pairs, runs) with every reader's attention, and blocking
+chain          the largest size: group sets (singles, pairs, runs) and earlier attention layers with every reader's
+               attention, and blocking
 groups_needed  groups needed to redirect >= threshold against model size
 """
 
@@ -77,7 +78,7 @@ def chain(tables, path):
     sizes = tables["sizes"]
     largest = sizes["model"].iloc[-1]  # scale.models lists the sizes smallest first
     t = tables["transplant"][tables["transplant"]["model"] == largest]
-    t = t[t["n_groups"] > 0].dropna(axis=1, how="all")
+    t = t[t["groups"] != "none"].dropna(axis=1, how="all")
     b = tables["blocking"][tables["blocking"]["model"] == largest]
     readers = [c[: -len("_to_a")] for c in t.columns if c.endswith("_to_a")]
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.9 + 0.35 * len(t)), gridspec_kw={"width_ratios": [3, 2]})
@@ -91,7 +92,7 @@ def chain(tables, path):
     ax.invert_yaxis()
     ax.set_xlim(0, 1.05)
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(readers) + 1, frameon=False)
-    ax.set_title(f"{largest}: group sets transplanted at the final token", fontsize=8)
+    ax.set_title(f"{largest}: group sets and earlier attention layers (A) transplanted at the final token", fontsize=8)
     ax = axes[1]
     if len(b):
         yb = np.arange(len(b))
