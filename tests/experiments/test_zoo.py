@@ -519,6 +519,31 @@ def test_a_state_size_for_a_family_without_one_is_refused_in_one_line():
         build_toy_model("lfm2", 64, 16, "LA", heads=2, state_size=4)
 
 
+@pytest.mark.parametrize("positions, invariant", [("none", True), ("rope", False)])
+def test_a_toy_without_positions_has_attention_blind_to_token_order(positions, invariant):
+    """With positions none, a first attention layer sees its context as a set: reordering the tokens before
+    the last leaves its write there unchanged; with RoPE it changes."""
+    model = build_toy_model("granitemoehybrid", 64, 16, "AL", heads=2, seed=0, positions=positions).eval()
+    writes = []
+    model.model.layers[0].self_attn.register_forward_hook(lambda m, a, out: writes.append(out[0][:, -1]))
+    ids = torch.tensor([[5, 9, 13, 17, 21, 30], [17, 5, 21, 9, 13, 30]])
+    with torch.no_grad():
+        model(ids)
+    assert torch.allclose(writes[0][0], writes[0][1], atol=1e-6) == invariant
+    assert writes[0].abs().max() > 1e-3
+
+
+def test_a_toy_spec_passes_positions_to_the_saved_config(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "positions": "none", "steps": 1}
+    train_and_save("granitemoehybrid", spec, ZOO, tmp_path, False)
+    assert load_model(tmp_path).model.config.position_embedding_type == "nope"
+
+
+def test_positions_none_for_a_family_that_always_rotates_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^toy positions none for family qwen3_5: its class always rotates"):
+        build_toy_model("qwen3_5", 64, 16, "LA", heads=2, positions="none")
+
+
 def test_toys_with_a_shared_embedding_embed_unseen_tokens_as_linear_images_of_each_other(tmp_path):
     shared = {"layout": "LA", "heads": 2, "steps": 3, "embedding": {"seed": 5, "dim": 12}}
     train_and_save("qwen3_5", {"hidden_size": 16, **shared}, ZOO, tmp_path / "q", False)

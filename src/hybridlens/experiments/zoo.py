@@ -437,6 +437,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         toy.get("heads", 4),
         toy.get("seed", 0),
         toy.get("state_size"),
+        toy.get("positions", "rope"),
     )
     if "embedding" in toy:
         share_embedding(model, **toy["embedding"])

@@ -36,15 +36,23 @@ def build_tokenizer(n_languages: int = 2, n_keys: int | None = None, fused: bool
 
 
 def build_toy_model(
-    family: str, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, seed: int = 0, state_size=None
+    family: str,
+    vocab_size: int,
+    hidden_size: int,
+    layout: str,
+    heads: int = 4,
+    seed: int = 0,
+    state_size=None,
+    positions: str = "rope",
 ):
     """A fresh model of `family`'s real CausalLM class with the given toy dimensions; `state_size` is the
-    linear heads' key width (Family.toy_config's d_state), None = the family's default."""
+    linear heads' key width (Family.toy_config's d_state), None = the family's default; `positions` as in
+    Family.toy_config."""
     from transformers import AutoModelForCausalLM
 
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; use one of {sorted(FAMILIES)}")
-    config = FAMILIES[family].toy_config(vocab_size, hidden_size, layout, heads, state_size)
+    config = FAMILIES[family].toy_config(vocab_size, hidden_size, layout, heads, state_size, positions)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
     init_time_steps(model, seed)

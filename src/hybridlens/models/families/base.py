@@ -73,13 +73,22 @@ class Family:
         return [kinds[t] for t in config.layer_types]
 
     # --- toys ------------------------------------------------------------------------------------
-    def toy_config(self, vocab_size: int, hidden_size: int, layout: str, heads: int = 4, d_state: int | None = None):
+    def toy_config(
+        self,
+        vocab_size: int,
+        hidden_size: int,
+        layout: str,
+        heads: int = 4,
+        d_state: int | None = None,
+        positions: str = "rope",
+    ):
         """A small config of this family's real transformers class.
 
         layout: one letter per layer, L = linear, A = attention, P = parallel (both in one layer), F = a layer
         with only an MLP; each family accepts the letters its architecture has.
         d_state: how many keys a linear head's state is indexed by (Mamba's state size, Gated DeltaNet's key
         head width); None = the family's toy default.
+        positions: `rope`, or `none` for attention without a positional encoding (toy_without_positions).
         """
         if not layout or set(layout) - set(self.letters):
             raise ValueError(f"toy layout {layout!r} for family {self.name}: use only the letters {self.letters!r}")
@@ -103,11 +112,21 @@ class Family:
             raise ValueError(
                 f"toy state_size {d_state} for family {self.name}: its toys have no state size to set; leave it out"
             )
+        if positions == "none":
+            fields |= self.toy_without_positions()
         return getattr(transformers, self.config_class)(**(common | fields))
 
     def toy_fields(self, layout: str, hidden_size: int, heads: int, d_state: int) -> dict:
         """The config fields that make `layout` in this family (and override any of the common ones)."""
         raise NotImplementedError
+
+    def toy_without_positions(self) -> dict:
+        """Config fields for attention without a positional encoding, where the family's class has them: then
+        only the linear layers tell attention where a token is, as in Granite-4.0-H."""
+        raise ValueError(
+            f"toy positions none for family {self.name}: its class always rotates attention's queries and keys; "
+            "leave positions out"
+        )
 
     def init_toy(self, model) -> None:
         """Family-specific fixes to transformers' initialisation of a freshly built toy model."""

@@ -22,6 +22,9 @@ class Granite(Family):
             attention_multiplier=(hidden_size // heads) ** -0.5,  # Granite's default 1.0 saturates toy attention
         )
 
+    def toy_without_positions(self):
+        return dict(position_embedding_type="nope")
+
     def init_toy(self, model):
         silence_mamba_norm(self, model)
 
