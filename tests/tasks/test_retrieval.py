@@ -3,6 +3,7 @@ import pytest
 from hybridlens.models.toy import build_tokenizer, toy_vocabulary
 from hybridlens.tasks.retrieval import (
     FORMATS,
+    NOTES,
     clean_corrupt_pairs,
     donor_host_pairs,
     entry_parts,
@@ -19,7 +20,7 @@ def _enc(texts):
     return TOK(list(texts), add_special_tokens=False, return_offsets_mapping=True)
 
 
-@pytest.mark.parametrize("fmt", [*FORMATS, "hop"])
+@pytest.mark.parametrize("fmt", [*FORMATS, "hop", "notes"])
 def test_every_word_is_one_token_and_round_trips(fmt):
     prompts = make_prompts(0, 20, 16, fmt, n_languages=3)
     for p in prompts:
@@ -42,7 +43,7 @@ def test_generator_is_deterministic():
     assert make_prompts(7, 10, 8, "rev") != make_prompts(8, 10, 8, "rev")
 
 
-@pytest.mark.parametrize("fmt", [*FORMATS, "hop"])
+@pytest.mark.parametrize("fmt", [*FORMATS, "hop", "notes"])
 def test_answer_is_the_queried_value_in_the_context_language(fmt):
     for p in make_prompts(1, 30, 8, fmt, n_languages=2):
         key, concept = p.pairs[p.query]
@@ -52,7 +53,7 @@ def test_answer_is_the_queried_value_in_the_context_language(fmt):
         assert p.marker == PERSONAS[p.persona]
 
 
-@pytest.mark.parametrize("fmt", [*FORMATS, "hop"])
+@pytest.mark.parametrize("fmt", [*FORMATS, "hop", "notes"])
 def test_clean_corrupt_differ_in_exactly_two_positions(fmt):
     for clean, corrupt in clean_corrupt_pairs(make_prompts(2, 30, 8, fmt), seed=3):
         a, b = _enc([clean.text])["input_ids"][0], _enc([corrupt.text])["input_ids"][0]
@@ -61,7 +62,7 @@ def test_clean_corrupt_differ_in_exactly_two_positions(fmt):
         assert corrupt.answer != clean.answer and corrupt.answer in clean.text.split()
 
 
-@pytest.mark.parametrize("fmt", ["chat", "hop"])
+@pytest.mark.parametrize("fmt", ["chat", "hop", "notes"])
 def test_donor_host_share_the_dictionary_and_differ_in_the_key(fmt):
     for donor, host in donor_host_pairs(make_prompts(4, 30, 8, fmt), seed=5):
         assert donor.pairs == host.pairs and donor.query != host.query
@@ -85,7 +86,7 @@ def test_token_positions_of_parts():
         token_positions(p, off, "nope")
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [*FORMATS, "notes"])
 def test_token_roles(fmt):
     """Every dictionary key and value, the question's key and the final token get their role; the rest,
     persona and template words included, are other."""
@@ -181,3 +182,20 @@ def test_hop_answers_through_a_link_that_only_the_first_table_names():
     link = p.text[slice(*p.spans["link0"])]
     roles = token_roles(p, _enc([p.text])["offset_mapping"][0])
     assert [r for r, w in zip(roles, p.text.split(), strict=True) if w == link] == ["value", "key"]
+
+
+def test_notes_puts_a_never_asked_table_of_other_entries_between_the_dictionary_and_the_question():
+    """chat's dictionary and question, with NOTES entries between them whose keys and values are none of the
+    dictionary's, fixed by the dictionary's keys: prompts over one dictionary share them."""
+    forms = language_forms(2)
+    for chat, notes in zip(make_prompts(8, 30, 8, "chat"), make_prompts(8, 30, 8, "notes"), strict=True):
+        assert (notes.pairs, notes.query, notes.answer) == (chat.pairs, chat.query, chat.answer)
+        f = forms[notes.language]
+        dictionary, question = chat.text.split(" Question : ")
+        head = f" {f['table']} : "
+        assert notes.text.startswith(dictionary + head) and notes.text.endswith(" Question : " + question)
+        entries = notes.text[len(dictionary + head) : -len(" Question : " + question) - 2].split(" , ")
+        table = [tuple(e.split(" = ")) for e in entries]
+        assert len(table) == NOTES
+        assert not {k for k, _ in table} & {k for k, _ in notes.pairs}
+        assert not {v for _, v in table} & {f[v] for _, v in notes.pairs}

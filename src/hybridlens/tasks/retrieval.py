@@ -10,7 +10,8 @@ FORMATS               the three copy formats, chat, list and rev: the answer is 
 TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language),
                       translate_late (translate with the persona line and the language's header word after
                       the dictionary), translate_fused (translate_late with the persona in the answer word itself)
-                      and hop (two tables, key -> link and link -> value: the answer takes two lookups)
+                      hop (two tables, key -> link and link -> value: the answer takes two lookups)
+                      and notes (chat with a second, never-asked table of NOTES other entries before the question)
 """
 
 import random
@@ -27,8 +28,11 @@ FORMATS = ("chat", "list", "rev")
 # persona is produced at the position where attention reads the value, not at a later one where it is free.
 # In `hop` the first table maps each key to a link word and the second, in another order, maps the link
 # to the value: no single lookup answers, so the query for the second must be built from the first's result.
+# `notes` puts a second table of other keys between the dictionary and the question, never asked about: a
+# linear layer's state that holds every entry it reads must hold NOTES more, while attention can skip them.
 TRANSLATE_FORMATS = ("translate", "translate_late", "translate_fused")
-TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop")
+TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop", "notes")
+NOTES = 16
 
 
 def hop_links(pairs) -> tuple[list[str], list[int]]:
@@ -43,6 +47,16 @@ def hop_links(pairs) -> tuple[list[str], list[int]]:
     order = list(range(len(keys)))
     rng.shuffle(order)
     return links, order
+
+
+def notes_table(pairs) -> list[tuple[str, str]]:
+    """The NOTES (key, value concept) entries of a `notes` prompt's second table, drawn from the dictionary's
+    keys as hop_links does, so prompts over one dictionary share them. Its keys and values are none of the
+    dictionary's, so an answer from the notes is told apart from one from the dictionary."""
+    keys, values = {k for k, _ in pairs}, {v for _, v in pairs}
+    rng = random.Random("notes " + " ".join(k for k, _ in pairs))
+    notes_keys = rng.sample([k for k in KEYS if k not in keys], NOTES)
+    return list(zip(notes_keys, rng.sample([v for v in VALUES if v not in values], NOTES), strict=True))
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,13 @@ def _render(fmt, pairs, query, language, persona, forms):
             put(values[v], f"value{i}")
             if fmt != "list":
                 put("," if i < len(pairs) - 1 else ".")
+    if fmt == "notes":
+        put(f["table"])  # a header word every toy tokenizer holds, so shipped toys keep their vocabulary
+        put(":")
+        notes = notes_table(pairs)
+        for i, (k, v) in enumerate(notes):
+            for w in (k, "=", f[v], "," if i < len(notes) - 1 else "."):
+                put(w)
     if late:
         persona_line()
         for w in (f["Lookup"], ":"):
