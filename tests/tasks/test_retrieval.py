@@ -185,8 +185,8 @@ def test_hop_answers_through_a_link_that_only_the_first_table_names():
 
 
 def test_notes_puts_a_never_asked_table_of_other_entries_between_the_dictionary_and_the_question():
-    """chat's dictionary and question, with NOTES entries between them whose keys and values are none of the
-    dictionary's, fixed by the dictionary's keys: prompts over one dictionary share them."""
+    """chat's dictionary and question, with NOTES times as many entries between them whose keys and values
+    are none of the dictionary's, fixed by the dictionary's keys: prompts over one dictionary share them."""
     forms = language_forms(2)
     for chat, notes in zip(make_prompts(8, 30, 8, "chat"), make_prompts(8, 30, 8, "notes"), strict=True):
         assert (notes.pairs, notes.query, notes.answer) == (chat.pairs, chat.query, chat.answer)
@@ -196,6 +196,6 @@ def test_notes_puts_a_never_asked_table_of_other_entries_between_the_dictionary_
         assert notes.text.startswith(dictionary + head) and notes.text.endswith(" Question : " + question)
         entries = notes.text[len(dictionary + head) : -len(" Question : " + question) - 2].split(" , ")
         table = [tuple(e.split(" = ")) for e in entries]
-        assert len(table) == NOTES
+        assert len(table) == NOTES * 8
         assert not {k for k, _ in table} & {k for k, _ in notes.pairs}
         assert not {v for _, v in table} & {f[v] for _, v in notes.pairs}

@@ -11,7 +11,8 @@ TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answ
                       translate_late (translate with the persona line and the language's header word after
                       the dictionary), translate_fused (translate_late with the persona in the answer word itself)
                       hop (two tables, key -> link and link -> value: the answer takes two lookups)
-                      and notes (chat with a second, never-asked table of NOTES other entries before the question)
+                      and notes (chat with a second, never-asked table of NOTES times as many other entries
+                      before the question)
 """
 
 import random
@@ -29,10 +30,11 @@ FORMATS = ("chat", "list", "rev")
 # In `hop` the first table maps each key to a link word and the second, in another order, maps the link
 # to the value: no single lookup answers, so the query for the second must be built from the first's result.
 # `notes` puts a second table of other keys between the dictionary and the question, never asked about: a
-# linear layer's state that holds every entry it reads must hold NOTES more, while attention can skip them.
+# linear layer's state that holds every entry it reads must hold NOTES times more, while attention can skip
+# them. The table grows with the dictionary, so the curriculum's first stage stays short.
 TRANSLATE_FORMATS = ("translate", "translate_late", "translate_fused")
 TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop", "notes")
-NOTES = 16
+NOTES = 2
 
 
 def hop_links(pairs) -> tuple[list[str], list[int]]:
@@ -50,13 +52,19 @@ def hop_links(pairs) -> tuple[list[str], list[int]]:
 
 
 def notes_table(pairs) -> list[tuple[str, str]]:
-    """The NOTES (key, value concept) entries of a `notes` prompt's second table, drawn from the dictionary's
-    keys as hop_links does, so prompts over one dictionary share them. Its keys and values are none of the
-    dictionary's, so an answer from the notes is told apart from one from the dictionary."""
+    """The NOTES * len(pairs) (key, value concept) entries of a `notes` prompt's second table, drawn from the
+    dictionary's keys as hop_links does, so prompts over one dictionary share them. Its keys and values are none
+    of the dictionary's, so an answer from the notes is told apart from one from the dictionary."""
     keys, values = {k for k, _ in pairs}, {v for _, v in pairs}
     rng = random.Random("notes " + " ".join(k for k, _ in pairs))
-    notes_keys = rng.sample([k for k in KEYS if k not in keys], NOTES)
-    return list(zip(notes_keys, rng.sample([v for v in VALUES if v not in values], NOTES), strict=True))
+    n = NOTES * len(pairs)
+    return list(
+        zip(
+            rng.sample([k for k in KEYS if k not in keys], n),
+            rng.sample([v for v in VALUES if v not in values], n),
+            strict=True,
+        )
+    )
 
 
 @dataclass(frozen=True)
