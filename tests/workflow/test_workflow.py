@@ -290,6 +290,12 @@ def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path
     assert "hla_train" not in counts and "hla_scratch" not in counts  # the default run's, shipped
 
 
+def test_notes_preset_trains_its_toy_and_runs_only_split_prefill_and_the_circuit_on_it(tmp_path):
+    counts = preset_jobs(tmp_path, "notes")
+    assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
+    assert "scale" not in counts and "stitch_swap" not in counts and "hla_scratch" not in counts
+
+
 def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
     counts = preset_jobs(tmp_path, "hop")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == "1"
