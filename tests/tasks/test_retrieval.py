@@ -199,3 +199,7 @@ def test_notes_puts_a_never_asked_table_of_other_entries_between_the_dictionary_
         assert len(table) == NOTES * 8
         assert not {k for k, _ in table} & {k for k, _ in notes.pairs}
         assert not {v for _, v in table} & {f[v] for _, v in notes.pairs}
+
+    with pytest.raises(ValueError, match="format notes: 21 pairs and their 42 notes need more keys and values"):
+        make_prompts(0, 1, 21, "notes")
+    assert len(make_prompts(0, 1, 20, "notes")[0].text.split(" = ")) == 61  # 20 entries and 40 notes

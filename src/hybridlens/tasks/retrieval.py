@@ -58,6 +58,12 @@ def notes_table(pairs) -> list[tuple[str, str]]:
     keys, values = {k for k, _ in pairs}, {v for _, v in pairs}
     rng = random.Random("notes " + " ".join(k for k, _ in pairs))
     n = NOTES * len(pairs)
+    if len(pairs) + n > min(len(KEYS), len(VALUES)):
+        most = min(len(KEYS), len(VALUES)) // (NOTES + 1)
+        raise ValueError(
+            f"format notes: {len(pairs)} pairs and their {n} notes need more keys and values than "
+            f"the task has; use at most {most} pairs"
+        )
     return list(
         zip(
             rng.sample([k for k in KEYS if k not in keys], n),
