@@ -55,8 +55,6 @@ def notes_table(pairs) -> list[tuple[str, str]]:
     """The NOTES * len(pairs) (key, value concept) entries of a `notes` prompt's second table, drawn from the
     dictionary's keys as hop_links does, so prompts over one dictionary share them. Its keys and values are none
     of the dictionary's, so an answer from the notes is told apart from one from the dictionary."""
-    keys, values = {k for k, _ in pairs}, {v for _, v in pairs}
-    rng = random.Random("notes " + " ".join(k for k, _ in pairs))
     n = NOTES * len(pairs)
     if len(pairs) + n > min(len(KEYS), len(VALUES)):
         most = min(len(KEYS), len(VALUES)) // (NOTES + 1)
@@ -64,6 +62,8 @@ def notes_table(pairs) -> list[tuple[str, str]]:
             f"format notes: {len(pairs)} pairs and their {n} notes need more keys and values than "
             f"the task has; use at most {most} pairs"
         )
+    keys, values = {k for k, _ in pairs}, {v for _, v in pairs}
+    rng = random.Random("notes " + " ".join(k for k, _ in pairs))
     return list(
         zip(
             rng.sample([k for k in KEYS if k not in keys], n),
