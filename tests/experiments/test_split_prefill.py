@@ -16,6 +16,7 @@ from hybridlens.experiments.split_prefill import (
 from hybridlens.interventions.cache import greedy
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.retrieval import FUSED_FORMATS
 from hybridlens.tasks.vocab import PERSONAS, VALUES, fused_word, language_forms
 
 MARKERS = {p: [m] for p, m in PERSONAS.items()}
@@ -57,11 +58,12 @@ def test_rows_attribute_content_and_style_to_their_context(hm):
     assert row["content_source"] == "A_dict" and row["in_context"] == 1 and row["persona_source"] == "other"
 
 
-def test_a_fused_answer_word_carries_its_own_persona():
-    """translate_fused: the persona is the answer word's, whatever marker follows it."""
+@pytest.mark.parametrize("fmt", FUSED_FORMATS)
+def test_a_fused_answer_word_carries_its_own_persona(fmt):
+    """A fused format: the persona is the answer word's, whatever marker follows it."""
     tok = build_tokenizer(2, fused=True)
     hm = HybridModel(build_toy_model("granitemoehybrid", len(tok), 24, "LA", heads=2).eval(), tok)
-    it = make_items(hm, 1, 1, 4, "translate_fused", 2)[0]
+    it = make_items(hm, 1, 1, 4, fmt, 2)[0]
     a, b = it.a, it.b
     decode, forms = Decoder(hm, 2, MARKERS), language_forms(2)
     a_in_b_style = fused_word(forms[b.language][a.pairs[a.query][1]], b.persona)

@@ -25,7 +25,7 @@ from hybridlens.interventions.cache import greedy, prefill
 from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
 from hybridlens.models.toy import build_tokenizer, build_toy_model
-from hybridlens.tasks.retrieval import hop_links, make_prompts
+from hybridlens.tasks.retrieval import FUSED_FORMATS, hop_links, make_prompts
 from hybridlens.tasks.vocab import VALUES, fused_words, language_forms
 
 ZOO = dict(
@@ -419,14 +419,15 @@ def test_a_toy_spec_sets_what_the_curriculum_judges_under_group_dropout(tmp_path
     assert gates == ["whole", "each"]
 
 
-def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_word(tmp_path):
-    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 20, "formats": ["translate_fused"]}
+@pytest.mark.parametrize("fmt", FUSED_FORMATS)
+def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_word(tmp_path, fmt):
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 20, "formats": [fmt]}
     train_and_save("granitemoehybrid", spec, {**ZOO, "lr": 1e-2}, tmp_path, False)
     hm = load_model(tmp_path)
     assert hm.tokenizer.get_vocab() == build_tokenizer(2, fused=True).get_vocab()
-    [row] = evaluate_model(hm, seed=5, n=32, n_pairs=4, formats=["translate_fused"])
+    [row] = evaluate_model(hm, seed=5, n=32, n_pairs=4, formats=[fmt])
     # the reference: the greedy answer word read back as (concept, language, persona)
-    prompts = held_out_prompts(hm, 5, 32, 4, "translate_fused", 2)
+    prompts = held_out_prompts(hm, 5, 32, 4, fmt, 2)
     tokens, _ = greedy(hm, hm.encode([p.text for p in prompts])[0], 2)
     meaning = fused_words(2)
     got = [meaning.get(w, (None,) * 3) for w in hm.tokenizer.convert_ids_to_tokens(tokens[:, 0].tolist())]

@@ -8,6 +8,7 @@ from hybridlens.tasks.retrieval import (
     donor_host_pairs,
     entry_parts,
     make_prompts,
+    notes_table,
     token_positions,
     token_roles,
 )
@@ -62,7 +63,7 @@ def test_clean_corrupt_differ_in_exactly_two_positions(fmt):
         assert corrupt.answer != clean.answer and corrupt.answer in clean.text.split()
 
 
-@pytest.mark.parametrize("fmt", ["chat", "hop", "notes"])
+@pytest.mark.parametrize("fmt", ["chat", "hop", "notes", "fused_notes"])
 def test_donor_host_share_the_dictionary_and_differ_in_the_key(fmt):
     for donor, host in donor_host_pairs(make_prompts(4, 30, 8, fmt), seed=5):
         assert donor.pairs == host.pairs and donor.query != host.query
@@ -203,3 +204,20 @@ def test_notes_puts_a_never_asked_table_of_other_entries_between_the_dictionary_
     with pytest.raises(ValueError, match="format notes: 21 pairs and their 42 notes need more keys and values"):
         make_prompts(0, 1, 21, "notes")
     assert len(make_prompts(0, 1, 20, "notes")[0].text.split(" = ")) == 61  # 20 entries and 40 notes
+
+
+def test_fused_notes_is_translate_fused_with_the_notes_in_language_0_before_the_style_cues():
+    """The notes push the content out of the states while the style cues stay last, for the states to carry."""
+    forms = language_forms(3)
+    fused = make_prompts(9, 30, 8, "translate_fused", n_languages=3)
+    both = make_prompts(9, 30, 8, "fused_notes", n_languages=3)
+    tok = build_tokenizer(3, fused=True)
+    assert {p.language for p in both} == {0, 1, 2}
+    for f, p in zip(fused, both, strict=True):
+        assert (p.pairs, p.query, p.answer, p.marker) == (f.pairs, f.query, f.answer, f.marker)
+        table = " , ".join(f"{k} = {forms[0][v]}" for k, v in notes_table(p.pairs))
+        dictionary, cues = f.text.split(" Persona : ")
+        assert p.text == f"{dictionary} {forms[0]['table']} : {table} . Persona : {cues}"
+        assert p.text[slice(*p.spans["query"])] == p.pairs[p.query][0]
+        ids = tok(p.text + " " + p.target, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids and len(ids) == len((p.text + " " + p.target).split())

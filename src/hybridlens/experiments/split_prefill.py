@@ -5,7 +5,7 @@ prefilled; its cache is edited by one of the CONDITIONS (interventions/cache.py)
 continued from the edited cache and n_new tokens are generated greedily at the full prompt's positions.
 
 Content is *which value* comes out; style is *how*: the language the value is written in and the
-persona's marker after it (translate_fused: the persona the answer word is written in). For the
+persona's marker after it (a fused format: the persona the answer word is written in). For the
 state-swap, context B has the same keys in the same order but other values, another language and
 another persona, so every output can be attributed: its content to A (the KV side) or B (the state
 side), its language and persona to A or B.
@@ -25,7 +25,7 @@ import torch
 from hybridlens.interventions.cache import CONDITIONS, greedy, prefill
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import vocabulary
-from hybridlens.tasks.retrieval import Prompt, make_prompt, make_prompts, token_positions
+from hybridlens.tasks.retrieval import FUSED_FORMATS, Prompt, make_prompt, make_prompts, token_positions
 from hybridlens.tasks.vocab import NEUTRAL, PERSONAS, fused_words, language_forms
 
 PROPERTIES = ("retrieval", "language", "persona")
@@ -69,7 +69,7 @@ def _neutral_ids(hm, rng, shape):
 
 class Decoder:
     """Reads generated token ids as (concept, language) of a value, and persona markers; a fused answer word
-    (translate_fused) also as its persona."""
+    (a fused format) also as its persona."""
 
     def __init__(self, hm, n_languages: int, markers: dict[str, list[str]]):
         self.value = {}  # token id -> (concept, language)
@@ -138,8 +138,8 @@ def run_items(hm, items: list[Item], n_new: int, markers: dict, n_languages: int
 def _row(hm, decode, it: Item, condition: str, toks: list[int]) -> dict:
     a, b = it.a, it.b
     concept, lang = decode.value.get(toks[0], (None, None))
-    # In translate_fused the persona is the answer word's own; otherwise the first marker after it.
-    persona = decode.fused_persona.get(toks[0]) if a.fmt == "translate_fused" else decode.persona_of(toks[1:])
+    # In a fused format the persona is the answer word's own; otherwise the first marker after it.
+    persona = decode.fused_persona.get(toks[0]) if a.fmt in FUSED_FORMATS else decode.persona_of(toks[1:])
     in_context = concept is not None and concept in {v for _, v in a.pairs}
     return {
         "seed": it.seed,

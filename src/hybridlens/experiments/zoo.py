@@ -26,7 +26,7 @@ from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
 from hybridlens.tasks.prompt_sets import vocabulary
-from hybridlens.tasks.retrieval import FORMATS, answer_word, hop_links, make_prompts, question_words
+from hybridlens.tasks.retrieval import FORMATS, FUSED_FORMATS, answer_word, hop_links, make_prompts, question_words
 from hybridlens.tasks.vocab import KEYS, VALUES, fused_words, key_words, language_forms
 
 
@@ -52,7 +52,7 @@ def training_batch(
     Each prompt is followed by its answer and marker, then by more retrieval targets from the same
     dictionary, so the binding of keys to values is learned from a denser signal. The first answer
     is the evaluated one; `answers` is False at the persona markers. Every value target is the word the
-    format answers with (answer_word): in translate_fused, recitals and further answers carry the persona too.
+    format answers with (answer_word): in FUSED_FORMATS, recitals and further answers carry the persona too.
     questions="distinct": min(extra_queries, n_pairs - 1) questions about other keys, each asked once.
     When every key gets asked, the last answer is the one value not yet given: a shortcut worth 0.75
     on two pairs. Trained on it, the Qwen3.5 toys leave 0.75 but the Mamba-2 toys never did (measured).
@@ -327,7 +327,7 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
     """Greedy two-token answers on held-out prompts, per format.
 
     retrieval: first token is the queried value; language: first token is a value in the context's
-    language (any value); persona: second token is the persona's marker (translate_fused: the first token
+    language (any value); persona: second token is the persona's marker (FUSED_FORMATS: the first token
     is a value in the context's persona).
     """
     forms = language_forms(n_languages)
@@ -340,7 +340,7 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
         marker = torch.tensor([hm.token_id(p.marker) for p in prompts])
         first, second = tokens[:, 0].cpu(), tokens[:, 1].cpu()
         # (language, persona) of every answer word of this format; persona None where the word has none
-        fused = fmt == "translate_fused"
+        fused = fmt in FUSED_FORMATS
         plain = {table[v]: (v, lang, None) for lang, table in enumerate(forms) for v in VALUES}
         words = fused_words(n_languages) if fused else plain
         style = {hm.token_id(w): (lang, persona) for w, (_, lang, persona) in words.items()}
@@ -428,7 +428,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     so an interrupted run leaves no half-written weights. Returns the training curve rows.
     """
     formats = toy.get("formats", zoo["formats"])
-    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused="translate_fused" in formats)
+    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=bool(set(FUSED_FORMATS) & set(formats)))
     model = build_toy_model(
         family,
         len(tokenizer),

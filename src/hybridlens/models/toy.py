@@ -16,7 +16,7 @@ SPECIALS = ["<pad>", "<unk>", "<eos>"]
 
 def toy_vocabulary(n_languages: int, n_keys: int | None = None, fused: bool = False) -> list[str]:
     """The toy tokenizer's words; keys beyond KEYS (n_keys) and the fused words (only for toys trained on
-    `translate_fused`) come last, so every other word keeps its id."""
+    a fused format) come last, so every other word keeps its id."""
     words = list(SPECIALS) + list(NEUTRAL) + list(KEYS) + list(PERSONAS) + list(PERSONAS.values())
     for table in language_forms(n_languages):
         words += table.values()

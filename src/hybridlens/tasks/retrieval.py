@@ -4,15 +4,17 @@ Prompt                one item: text, answer, style (language, persona) and char
 make_prompts          n seeded prompts in one format
 clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's; two positions differ
 donor_host_pairs      (donor, host): same dictionary, different queried key
-answer_word           the word a format's answer is: a value's form in the context's language (fused: and persona)
+answer_word           the word a format's answer is: a value's form in the context's language (FUSED_FORMATS: and
+                      persona)
 token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
 FORMATS               the three copy formats, chat, list and rev: the answer is a word of the dictionary
 TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language),
                       translate_late (translate with the persona line and the language's header word after
                       the dictionary), translate_fused (translate_late with the persona in the answer word itself)
                       hop (two tables, key -> link and link -> value: the answer takes two lookups)
-                      and notes (chat with a second, never-asked table of NOTES times as many other entries
-                      before the question)
+                      notes (chat with a second, never-asked table of NOTES times as many other entries
+                      before the question) and fused_notes (translate_fused with that table before its style cues)
+FUSED_FORMATS         the formats answered with one word in the context's language and persona
 """
 
 import random
@@ -32,7 +34,10 @@ FORMATS = ("chat", "list", "rev")
 # `notes` puts a second table of other keys between the dictionary and the question, never asked about: a
 # linear layer's state that holds every entry it reads must hold NOTES times more, while attention can skip
 # them. The table grows with the dictionary, so the curriculum's first stage stays short.
-TRANSLATE_FORMATS = ("translate", "translate_late", "translate_fused")
+# `fused_notes` is translate_fused with the notes before the style cues: the content pushed out of the states,
+# the style cues still last, for the state to carry.
+FUSED_FORMATS = ("translate_fused", "fused_notes")
+TRANSLATE_FORMATS = ("translate", "translate_late", *FUSED_FORMATS)
 TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop", "notes")
 NOTES = 2
 
@@ -95,7 +100,7 @@ class Prompt:
 def _render(fmt, pairs, query, language, persona, forms):
     """Build the text word by word, recording the character span of every entry part."""
     f = forms[language]
-    late = fmt in ("translate_late", "translate_fused")
+    late = fmt in ("translate_late", *FUSED_FORMATS)
     values = forms[0] if fmt in TRANSLATE_FORMATS else f
     words, spans = [], {}
 
@@ -149,12 +154,14 @@ def _render(fmt, pairs, query, language, persona, forms):
             put(values[v], f"value{i}")
             if fmt != "list":
                 put("," if i < len(pairs) - 1 else ".")
-    if fmt == "notes":
-        put(f["table"])  # a header word every toy tokenizer holds, so shipped toys keep their vocabulary
+    if fmt in ("notes", "fused_notes"):
+        # a header word every toy tokenizer holds, so shipped toys keep their vocabulary; in language 0 where
+        # the style cues come late
+        put((forms[0] if late else f)["table"])
         put(":")
         notes = notes_table(pairs)
         for i, (k, v) in enumerate(notes):
-            for w in (k, "=", f[v], "," if i < len(notes) - 1 else "."):
+            for w in (k, "=", values[v], "," if i < len(notes) - 1 else "."):
                 put(w)
     if late:
         persona_line()
@@ -173,7 +180,7 @@ def _render(fmt, pairs, query, language, persona, forms):
 def answer_word(fmt: str, forms, language: int, persona: str, concept: str) -> str:
     """The word that answers a question about `concept` in a prompt of this format, language and persona."""
     form = forms[language][concept]
-    return fused_word(form, persona) if fmt == "translate_fused" else form
+    return fused_word(form, persona) if fmt in FUSED_FORMATS else form
 
 
 def question_words(fmt: str, key: str) -> list[str]:
