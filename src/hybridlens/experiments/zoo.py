@@ -428,7 +428,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     so an interrupted run leaves no half-written weights. Returns the training curve rows.
     """
     formats = toy.get("formats", zoo["formats"])
-    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=bool(set(FUSED_FORMATS) & set(formats)))
+    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=any(f in FUSED_FORMATS for f in formats))
     model = build_toy_model(
         family,
         len(tokenizer),
