@@ -7,7 +7,7 @@ GroupDropout      zero whole groups of linear mixers per training prompt; its ga
 held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
 evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate        raise when retrieval is below the threshold
-check_toy         refuse a toy spec whose keys cannot train as asked (chain, group_gate), in one line
+check_toy         refuse a toy spec whose keys cannot train as asked (chain, pretrain, group_gate), in one line
 train_and_save    build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
@@ -379,6 +379,8 @@ def check_toy(toy: dict, where: str):
     that group dropout keeps, so it needs `group_drop`."""
     if "group_gate" in toy and not toy.get("group_drop"):
         raise UserError(f"{where}.group_gate: it judges the groups that group dropout keeps; set group_drop")
+    if "pretrain" in toy and "chain" in toy:
+        raise UserError(f"{where}: chain and pretrain are two ways of training in two phases; keep one of them")
     chain = toy.get("chain")
     if chain is None:
         return
@@ -410,15 +412,19 @@ def freeze_first_lookup(model, tokenizer, n_languages: int, seed: int, freeze_be
     The first phase never predicts a value word, so their tied embeddings collapse onto one direction
     (docs/circuit.md); they are drawn afresh at the embedding's scale, so the second phase can tell them apart.
     """
-    embedding = model.get_input_embeddings()
-    words = [form[v] for form in language_forms(n_languages) for v in VALUES]
-    ids = tokenizer.convert_tokens_to_ids(words)
+    redraw_embeddings(model, tokenizer, [form[v] for form in language_forms(n_languages) for v in VALUES], seed)
+    for module in (model.get_input_embeddings(), *HybridModel(model, tokenizer).layers[:freeze_below]):
+        module.requires_grad_(False)
+
+
+def redraw_embeddings(model, tokenizer, words, seed: int):
+    """Draw `words`' embedding rows afresh at the embedding's scale: rows a phase of training never predicted
+    collapse onto one direction when tied to the unembedding, and the next phase could not tell them apart."""
+    ids = tokenizer.convert_tokens_to_ids(list(words))
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        weight = embedding.weight
+        weight = model.get_input_embeddings().weight
         weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * weight.std()
-    for module in (embedding, *HybridModel(model, tokenizer).layers[:freeze_below]):
-        module.requires_grad_(False)
 
 
 def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
@@ -428,7 +434,10 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     so an interrupted run leaves no half-written weights. Returns the training curve rows.
     """
     formats = toy.get("formats", zoo["formats"])
-    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=any(f in FUSED_FORMATS for f in formats))
+    pretrain = toy.get("pretrain")
+    first = pretrain["formats"] if pretrain else []
+    fused = any(f in FUSED_FORMATS for f in [*formats, *first])
+    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=fused)
     model = build_toy_model(
         family,
         len(tokenizer),
@@ -466,6 +475,12 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         curve = [row | {"phase": "link"} for row in curve]
         freeze_first_lookup(model, tokenizer, zoo["n_languages"], toy.get("seed", 0), chain["freeze_below"])
         seed += 100
+    elif pretrain:  # first phase: formats whose lookup trains on its own; then the toy's formats from those weights
+        curve = train_toy(model, tokenizer, pretrain["steps"], seed=seed, **(settings | {"formats": first}))
+        curve = [row | {"phase": "pretrain"} for row in curve]
+        if not any(f in FUSED_FORMATS for f in first):
+            redraw_embeddings(model, tokenizer, fused_words(zoo["n_languages"]), toy.get("seed", 0))
+        seed += 100
     rows = train_toy(
         model,
         tokenizer,
@@ -475,7 +490,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         link_questions=chain.get("link_questions", 2) if chain else 0,
         **settings,
     )
-    offset, tag = (curve[-1]["step"] + 1, {"phase": "value"}) if curve else (0, {})
+    offset, tag = (curve[-1]["step"] + 1, {"phase": "value" if chain else "main"}) if curve else (0, {})
     curve += [row | tag | {"step": row["step"] + offset} for row in rows]
     save_checkpoint(out_dir, model, tokenizer, safe_serialization=True)
     return curve
