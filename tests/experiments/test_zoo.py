@@ -196,6 +196,43 @@ def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_va
     assert e_chain[~kept].std().item() == pytest.approx(e_first.std().item(), rel=0.2)  # drawn at its scale
 
 
+def test_a_pretrained_toy_trains_its_first_formats_then_its_own_from_those_weights_with_fused_rows_redrawn(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "seed": 3, "formats": ["fused_notes"], "steps": 6}
+    spec |= {"questions": "recite", "pretrain": {"formats": ["notes"], "steps": 5}}
+    curve = train_and_save("qwen3_5", spec, ZOO, tmp_path / "toy", False)
+    assert [(r["step"], r["phase"]) for r in curve] == [(0, "pretrain"), (4, "pretrain"), (5, "main"), (10, "main")]
+    saved = load_model(tmp_path / "toy")
+    assert set(fused_words(2)) <= set(saved.tokenizer.get_vocab())  # the tokenizer holds the second phase's words
+    # The same two phases by hand, with and without drawing the fused rows afresh in between.
+    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
+    settings |= {"questions": "recite", "progress": False}
+    tokenizer = build_tokenizer(2, fused=True)
+    fused = tokenizer.convert_tokens_to_ids(list(fused_words(2)))
+    models = []
+    for redraw in (True, False):
+        model = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
+        train_toy(model, tokenizer, 5, seed=3, formats=["notes"], **settings)
+        if redraw:
+            before = model.get_input_embeddings().weight.detach().clone()
+            zoo_module.redraw_embeddings(model, tokenizer, fused_words(2), 3)
+            after = model.get_input_embeddings().weight
+            kept = torch.ones(len(tokenizer), dtype=torch.bool)
+            kept[fused] = False
+            assert torch.equal(before[kept], after[kept]) and not torch.equal(before[~kept], after[~kept])
+            assert after[~kept].std().item() == pytest.approx(before.std().item(), rel=0.2)  # drawn at its scale
+        train_toy(model, tokenizer, 6, seed=103, formats=["fused_notes"], **settings)
+        models.append(model)
+    for (name, p), a in zip(saved.model.named_parameters(), models[0].parameters(), strict=True):
+        assert torch.equal(p, a), name
+    assert not all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True))
+
+
+def test_a_toy_with_both_chain_and_pretrain_is_refused_in_one_line():
+    spec = {"hidden_size": 16, "layout": "LALA", "formats": ["hop"], "chain": {"steps": 5, "freeze_below": 2}}
+    with pytest.raises(UserError, match=r"^m.toy: chain and pretrain are two ways of training in two phases; keep one"):
+        check_toy(spec | {"pretrain": {"formats": ["chat"], "steps": 5}}, "m.toy")
+
+
 def test_a_group_gate_without_group_dropout_is_refused_in_one_line():
     spec = {"hidden_size": 16, "layout": "LALA", "group_drop": 0.5, "group_gate": "each"}
     check_toy(spec, "m.toy")  # this one trains
