@@ -227,6 +227,20 @@ def test_a_pretrained_toy_trains_its_first_formats_then_its_own_from_those_weigh
     assert not all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True))
 
 
+def test_a_pretrained_toy_without_fused_words_draws_no_rows_afresh(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "seed": 3, "formats": ["chat"], "steps": 6}
+    train_and_save("qwen3_5", spec | {"pretrain": {"formats": ["list"], "steps": 5}}, ZOO, tmp_path / "toy", False)
+    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
+    settings |= {"questions": ZOO["questions"], "progress": False}
+    tokenizer = build_tokenizer(2)
+    model = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
+    train_toy(model, tokenizer, 5, seed=3, formats=["list"], **settings)
+    train_toy(model, tokenizer, 6, seed=103, formats=["chat"], **settings)
+    saved = load_model(tmp_path / "toy").model
+    for (name, p), a in zip(saved.named_parameters(), model.parameters(), strict=True):
+        assert torch.equal(p, a), name
+
+
 def test_a_toy_with_both_chain_and_pretrain_is_refused_in_one_line():
     spec = {"hidden_size": 16, "layout": "LALA", "formats": ["hop"], "chain": {"steps": 5, "freeze_below": 2}}
     with pytest.raises(UserError, match=r"^m.toy: chain and pretrain are two ways of training in two phases; keep one"):

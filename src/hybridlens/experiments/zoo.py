@@ -478,7 +478,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
     elif pretrain:  # first phase: formats whose lookup trains on its own; then the toy's formats from those weights
         curve = train_toy(model, tokenizer, pretrain["steps"], seed=seed, **(settings | {"formats": first}))
         curve = [row | {"phase": "pretrain"} for row in curve]
-        if not any(f in FUSED_FORMATS for f in first):
+        if fused and not any(f in FUSED_FORMATS for f in first):
             redraw_embeddings(model, tokenizer, fused_words(zoo["n_languages"]), toy.get("seed", 0))
         seed += 100
     rows = train_toy(
