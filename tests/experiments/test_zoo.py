@@ -241,6 +241,17 @@ def test_a_pretrained_toy_without_fused_words_draws_no_rows_afresh(tmp_path):
         assert torch.equal(p, a), name
 
 
+def test_a_pretrained_toys_first_phase_trains_to_the_validation_target(tmp_path):
+    """`done: 0` is reached on the first step: without the target the first phase would end there; with an
+    unreachable one it validates its own formats and runs all its steps."""
+    spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "formats": ["chat"], "steps": 3, "done": 0.0}
+    spec |= {"target": 1.0, "pretrain": {"formats": ["list"], "steps": 5}}
+    curve = train_and_save("qwen3_5", spec, ZOO | {"validate_every": 2}, tmp_path / "toy", False)
+    first = [r for r in curve if r["phase"] == "pretrain"]
+    assert [r["step"] for r in first if "validation" in r] == [0, 2, 4] and first[-1]["step"] == 4
+    assert all(0.0 <= r["validation"] < 1.0 for r in first if "validation" in r)
+
+
 def test_a_toy_with_both_chain_and_pretrain_is_refused_in_one_line():
     spec = {"hidden_size": 16, "layout": "LALA", "formats": ["hop"], "chain": {"steps": 5, "freeze_below": 2}}
     with pytest.raises(UserError, match=r"^m.toy: chain and pretrain are two ways of training in two phases; keep one"):

@@ -452,6 +452,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         share_embedding(model, **toy["embedding"])
     # The batches have a seed of their own, so that crossing it with the weights' tells which one a result follows.
     seed, chain = toy.get("data_seed", toy.get("seed", 0)), toy.get("chain")
+    target = toy.get("target", zoo.get("target"))
     settings = dict(
         stages=toy.get("stages", zoo["stages"]),
         batch_size=toy.get("batch_size", zoo["batch_size"]),
@@ -476,7 +477,9 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         freeze_first_lookup(model, tokenizer, zoo["n_languages"], toy.get("seed", 0), chain["freeze_below"])
         seed += 100
     elif pretrain:  # first phase: formats whose lookup trains on its own; then the toy's formats from those weights
-        curve = train_toy(model, tokenizer, pretrain["steps"], seed=seed, **(settings | {"formats": first}))
+        # Up to the validation target, as the `notes` toys the second phase was first tried on were trained.
+        first_settings = settings | {"formats": first, "target": target}
+        curve = train_toy(model, tokenizer, pretrain["steps"], seed=seed, **first_settings)
         curve = [row | {"phase": "pretrain"} for row in curve]
         if fused and not any(f in FUSED_FORMATS for f in first):
             redraw_embeddings(model, tokenizer, fused_words(zoo["n_languages"]), toy.get("seed", 0))
@@ -486,7 +489,7 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         tokenizer,
         toy.get("steps", zoo["steps"]),
         seed=seed,
-        target=toy.get("target", zoo.get("target")),
+        target=target,
         link_questions=chain.get("link_questions", 2) if chain else 0,
         **settings,
     )
