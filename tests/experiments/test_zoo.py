@@ -41,6 +41,9 @@ ZOO = dict(
     done=0.98,
     anneal=0,
 )
+# What train_and_save passes train_toy from ZOO, for the two-phase toys trained again by hand.
+BY_HAND = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
+BY_HAND |= {"progress": False}
 
 
 def test_training_batch_targets_are_answers_and_markers(tokenizer):
@@ -182,8 +185,7 @@ def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_va
     # The first phase alone, from the same initialisation: what train_and_save passes for this spec.
     tokenizer = build_tokenizer(2)
     first = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
-    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
-    settings |= {"formats": ["hop"], "questions": "recite", "progress": False}
+    settings = BY_HAND | {"formats": ["hop"], "questions": "recite"}
     train_toy(first, tokenizer, 5, seed=3, answer="link", **settings)
     for layer, (a, b) in enumerate(zip(HybridModel(first, tokenizer).layers, chain.model.layers, strict=True)):
         same = all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
@@ -204,8 +206,7 @@ def test_a_pretrained_toy_trains_its_first_formats_then_its_own_from_those_weigh
     saved = load_model(tmp_path / "toy")
     assert set(fused_words(2)) <= set(saved.tokenizer.get_vocab())  # the tokenizer holds the second phase's words
     # The same two phases by hand, with and without drawing the fused rows afresh in between.
-    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
-    settings |= {"questions": "recite", "progress": False}
+    settings = BY_HAND | {"questions": "recite"}
     tokenizer = build_tokenizer(2, fused=True)
     fused = tokenizer.convert_tokens_to_ids(list(fused_words(2)))
     models = []
@@ -230,8 +231,7 @@ def test_a_pretrained_toy_trains_its_first_formats_then_its_own_from_those_weigh
 def test_a_pretrained_toy_without_fused_words_draws_no_rows_afresh(tmp_path):
     spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "seed": 3, "formats": ["chat"], "steps": 6}
     train_and_save("qwen3_5", spec | {"pretrain": {"formats": ["list"], "steps": 5}}, ZOO, tmp_path / "toy", False)
-    settings = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
-    settings |= {"questions": ZOO["questions"], "progress": False}
+    settings = BY_HAND | {"questions": ZOO["questions"]}
     tokenizer = build_tokenizer(2)
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
     train_toy(model, tokenizer, 5, seed=3, formats=["list"], **settings)

@@ -477,7 +477,8 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         freeze_first_lookup(model, tokenizer, zoo["n_languages"], toy.get("seed", 0), chain["freeze_below"])
         seed += 100
     elif pretrain:  # first phase: formats whose lookup trains on its own; then the toy's formats from those weights
-        # Up to the validation target, as the `notes` toys the second phase was first tried on were trained.
+        # It ends as any toy's training does (done, then the target), so the second phase starts from a
+        # lookup validated on prompts it never trained on.
         first_settings = settings | {"formats": first, "target": target}
         curve = train_toy(model, tokenizer, pretrain["steps"], seed=seed, **first_settings)
         curve = [row | {"phase": "pretrain"} for row in curve]
