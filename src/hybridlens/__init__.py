@@ -31,6 +31,7 @@ _API = {
     "greedy": "hybridlens.interventions.cache",
     "cut": "hybridlens.interventions.cache",
     "splice": "hybridlens.interventions.cache",
+    "cut_at": "hybridlens.interventions.cache",
     "CONDITIONS": "hybridlens.interventions.cache",
     # prompt tasks
     "Prompt": "hybridlens.tasks.retrieval",

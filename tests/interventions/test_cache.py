@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from hybridlens.interventions.cache import CONDITIONS, channel_sites, cut, greedy, prefill, splice
+from hybridlens.interventions.cache import CONDITIONS, channel_sites, cut, cut_at, greedy, prefill, splice
 from hybridlens.interventions.hooks import Trace
 from hybridlens.tasks.retrieval import make_prompts, token_positions
 
@@ -95,6 +95,42 @@ def test_neutral_variants_take_the_neutral_context_channel(hm):
         want = channel_tensors(hm, neutral, channel)
         for site, tensors in channel_tensors(hm, edited, channel).items():
             assert all(torch.equal(a, b) for a, b in zip(tensors, want[site], strict=True)), site
+
+
+def test_cue_condition_replaces_the_cue_keys_and_values_only(hm):
+    """cues_kv_neutral: the neutral context's keys and values at the cue positions, this context's everywhere
+    else, every state kept; with this context's own cache as the source it is no edit at all, and at every
+    position it is state_only_neutral."""
+    prompts = make_prompts(0, 3, 4, "chat", 2)
+    ids, offsets = hm.encode([p.text for p in prompts])
+    split = token_positions(prompts[0], offsets[0], "question")[0]
+    cues = token_positions(prompts[0], offsets[0], "cues")
+    assert cues == list(range(6))  # Persona : name . Dictionary :, each one token of the toy tokenizer
+    context, question = ids[:, :split], ids[:, split:]
+    neutral_ids, _ = context_and_question(hm, seed=5)
+    _, cache = prefill(hm, context)
+    _, neutral = prefill(hm, neutral_ids)
+    before = {ch: channel_tensors(hm, cache, ch) for ch in ("kv", "state")}
+    edited = CONDITIONS["cues_kv_neutral"](hm, cache, neutral, None, cues)
+    rest = [i for i in range(split) if i not in cues]
+    for site, (keys, values) in channel_tensors(hm, edited, "kv").items():
+        new_keys, new_values = hm.read_cache(neutral, site)
+        assert torch.equal(keys[..., cues, :], new_keys[..., cues, :])
+        assert torch.equal(values[..., cues, :], new_values[..., cues, :])
+        assert torch.equal(keys[..., rest, :], before["kv"][site][0][..., rest, :])
+    for site, tensors in channel_tensors(hm, edited, "state").items():
+        assert all(torch.equal(a, b) for a, b in zip(tensors, before["state"][site], strict=True)), site
+    full_tokens, full_logits = greedy(hm, question, N_NEW, cache=copy.deepcopy(cache), start=split)
+    tokens, logits = greedy(hm, question, N_NEW, cache=cut_at(hm, cache, cues, cache), start=split)
+    assert torch.equal(tokens, full_tokens) and torch.equal(logits, full_logits)
+    every = cut_at(hm, cache, list(range(split)), neutral)
+    tokens, logits = greedy(hm, question, N_NEW, cache=every, start=split)
+    want_tokens, want_logits = greedy(
+        hm, question, N_NEW, cache=CONDITIONS["state_only_neutral"](hm, cache, neutral, None), start=split
+    )
+    assert torch.equal(tokens, want_tokens) and torch.equal(logits, want_logits)
+    with pytest.raises(ValueError, match="needs the context positions"):
+        CONDITIONS["cues_kv_neutral"](hm, cache, neutral, None)
 
 
 def test_state_swap(hm):

@@ -3,7 +3,9 @@ import pytest
 from hybridlens.models.toy import build_tokenizer, toy_vocabulary
 from hybridlens.tasks.retrieval import (
     FORMATS,
+    FUSED_FORMATS,
     NOTES,
+    TASK_FORMATS,
     clean_corrupt_pairs,
     donor_host_pairs,
     entry_parts,
@@ -155,6 +157,18 @@ def test_translate_fused_asks_translate_late_s_question_for_one_word_in_the_cont
     for n_keys in (None, 100):  # the fused words come last: every other word keeps its id
         plain = toy_vocabulary(3, n_keys)
         assert toy_vocabulary(3, n_keys, fused=True) == plain + list(meaning)
+
+
+def test_the_style_cues_are_the_persona_line_and_the_header_after_it():
+    forms = language_forms(2)
+    for fmt in TASK_FORMATS:
+        for p in make_prompts(3, 6, 4, fmt, n_languages=2):
+            f = forms[p.language]
+            header = {"rev": [], "list": [f["Lookup"], f["table"], ":"]}.get(fmt, [f["Dictionary"], ":"])
+            if fmt in ("translate_late", *FUSED_FORMATS):
+                header = [f["Lookup"], ":"]
+                assert p.spans["cues"][1] + 1 == p.spans["question"][0]  # the cues end the context
+            assert p.text[slice(*p.spans["cues"])].split() == ["Persona", ":", p.persona, ".", *header], fmt
 
 
 def test_hop_answers_through_a_link_that_only_the_first_table_names():

@@ -124,12 +124,17 @@ def run_items(hm, items: list[Item], n_new: int, markers: dict, n_languages: int
         if a_ids.shape != b_ids.shape:
             raise ValueError("contexts A and B tokenize to different lengths; the swap needs one length")
         split = token_positions(batch[0].a, offsets[0], "question")[0]
+        cues = token_positions(batch[0].a, offsets[0], "cues")
+        if any(token_positions(it.a, o, "cues") != cues for it, o in zip(batch, offsets, strict=True)):
+            raise ValueError(
+                "the style cues of one batch stand at different token positions; set split_prefill.batch_size to 1"
+            )
         context, question = a_ids[:, :split], a_ids[:, split:]
         _, cache_a = prefill(hm, context)
         _, cache_b = prefill(hm, b_ids[:, :split])
         _, cache_n = prefill(hm, _neutral_ids(hm, rng, context.shape))
         for condition, edit in CONDITIONS.items():
-            tokens, _ = greedy(hm, question, n_new, cache=edit(hm, cache_a, cache_n, cache_b), start=split)
+            tokens, _ = greedy(hm, question, n_new, cache=edit(hm, cache_a, cache_n, cache_b, cues), start=split)
             for it, toks in zip(batch, tokens.tolist(), strict=True):
                 rows.append(_row(hm, decode, it, condition, toks))
     return rows

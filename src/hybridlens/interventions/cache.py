@@ -4,7 +4,8 @@ prefill     one forward that fills a fresh cache; returns the last position's lo
 greedy      greedy decoding of n tokens, from a prompt or continuing a (possibly edited) cache
 cut         a copy of a cache with one memory channel emptied or replaced by another cache's
 splice      a cache with the KV channel of one context and the state channel of another
-CONDITIONS  the split-prefill conditions, each a function (hm, cache, neutral, other) -> cache
+cut_at      a copy of a cache whose keys and values at some positions are another cache's
+CONDITIONS  the split-prefill conditions, each a function (hm, cache, neutral, other, cues) -> cache
 
 The two channels: "kv" is the attention layers' keys and values; "state" is the linear layers' recurrent
 and conv states. A Falcon-H1 parallel layer holds both, and each is handled on its own.
@@ -86,14 +87,33 @@ def splice(hm, kv_from, state_from):
     return cut(hm, kv_from, "state", source=state_from)
 
 
-# name -> (hm, cache, neutral, other) -> a new cache (continuing advances a cache in place, so every
+def cut_at(hm, cache, positions, source):
+    """A copy of `cache` whose attention keys and values at `positions` are `source`'s (a context of the same
+    length); the states are kept. It asks whether attention reads those tokens when the state is there, which
+    emptying a whole channel cannot tell: without its state a model may read what it otherwise ignores."""
+    if not positions:
+        raise ValueError("cut_at needs the context positions to replace; got none")
+    out = copy.deepcopy(cache)
+    for site in channel_sites(hm, "kv"):
+        keys, values = (t.clone() for t in hm.read_cache(out, site))
+        new_keys, new_values = hm.read_cache(source, site)
+        if new_keys.shape != keys.shape:
+            raise ValueError(f"site {site}: the source context's KV {tuple(new_keys.shape)} has another shape")
+        keys[..., positions, :], values[..., positions, :] = new_keys[..., positions, :], new_values[..., positions, :]
+        hm.write_cache(out, site, (keys, values))
+    return out
+
+
+# name -> (hm, cache, neutral, other, cues) -> a new cache (continuing advances a cache in place, so every
 # condition works on a copy). `neutral` is the cache of a neutral context of the same length; `other` is
-# another context's cache (state-swap: KV of this context, states of the other).
+# another context's cache (state-swap: KV of this context, states of the other); `cues` are the positions of
+# the context's style cues (the persona line and the header after it).
 CONDITIONS = {
-    "full": lambda hm, c, neutral, other: copy.deepcopy(c),
-    "kv_only": lambda hm, c, neutral, other: cut(hm, c, "state"),
-    "kv_only_neutral": lambda hm, c, neutral, other: cut(hm, c, "state", neutral),
-    "state_only": lambda hm, c, neutral, other: cut(hm, c, "kv"),
-    "state_only_neutral": lambda hm, c, neutral, other: cut(hm, c, "kv", neutral),
-    "state_swap": lambda hm, c, neutral, other: splice(hm, c, other),
+    "full": lambda hm, c, neutral, other, cues=None: copy.deepcopy(c),
+    "kv_only": lambda hm, c, neutral, other, cues=None: cut(hm, c, "state"),
+    "kv_only_neutral": lambda hm, c, neutral, other, cues=None: cut(hm, c, "state", neutral),
+    "state_only": lambda hm, c, neutral, other, cues=None: cut(hm, c, "kv"),
+    "state_only_neutral": lambda hm, c, neutral, other, cues=None: cut(hm, c, "kv", neutral),
+    "state_swap": lambda hm, c, neutral, other, cues=None: splice(hm, c, other),
+    "cues_kv_neutral": lambda hm, c, neutral, other, cues=None: cut_at(hm, c, cues, neutral),
 }

@@ -98,28 +98,37 @@ class Prompt:
 
 
 def _render(fmt, pairs, query, language, persona, forms):
-    """Build the text word by word, recording the character span of every entry part."""
+    """Build the text word by word, recording the character span of every entry part, and of the style cues:
+    the persona line with the header after it, in the context's language except in the late formats' neutral
+    first header (rev has no header)."""
     f = forms[language]
     late = fmt in ("translate_late", *FUSED_FORMATS)
     values = forms[0] if fmt in TRANSLATE_FORMATS else f
     words, spans = [], {}
 
+    def here():
+        return sum(len(w) + 1 for w in words)
+
     def put(word, name=None):
-        start = sum(len(w) + 1 for w in words)
+        start = here()
         words.append(word)
         if name:
             spans[name] = (start, start + len(word))
         return start
 
     def persona_line():
-        for w in ("Persona", ":"):
-            put(w)
+        start = put("Persona")
+        put(":")
         put(persona, "persona")
         put(".")
+        return start
 
-    if not late:
-        persona_line()
+    def end_cues():
+        spans["cues"] = (cues, here() - 1)
+
+    cues = None if late else persona_line()
     if fmt == "rev":
+        end_cues()
         for i, (k, v) in enumerate(pairs):
             put(values[v], f"value{i}")
             for w in ("is", "the", "value", "of"):
@@ -130,6 +139,7 @@ def _render(fmt, pairs, query, language, persona, forms):
         links, order = hop_links(pairs)
         for w in (f["Dictionary"], ":"):
             put(w)
+        end_cues()
         for i, (k, _) in enumerate(pairs):
             put(k, f"key{i}")
             put("=")
@@ -146,6 +156,8 @@ def _render(fmt, pairs, query, language, persona, forms):
         header = [f["Lookup"], f["table"], ":"] if fmt == "list" else [(forms[0] if late else f)["Dictionary"], ":"]
         for w in header:
             put(w)
+        if not late:
+            end_cues()
         for i, (k, v) in enumerate(pairs):
             if fmt == "list":
                 put("*")
@@ -164,9 +176,10 @@ def _render(fmt, pairs, query, language, persona, forms):
             for w in (k, "=", values[v], "," if i < len(notes) - 1 else "."):
                 put(w)
     if late:
-        persona_line()
+        cues = persona_line()
         for w in (f["Lookup"], ":"):
             put(w)
+        end_cues()
     q_words = question_words(fmt, pairs[query][0])
     q_start = put(q_words[0])
     for w in q_words[1:]:
