@@ -99,8 +99,7 @@ class Prompt:
 
 def _render(fmt, pairs, query, language, persona, forms):
     """Build the text word by word, recording the character span of every entry part, and of the style cues:
-    the persona line with the header after it, in the context's language except in the late formats' neutral
-    first header (rev has no header)."""
+    the persona line and the header that follows it, which names the context's language (rev has none)."""
     f = forms[language]
     late = fmt in ("translate_late", *FUSED_FORMATS)
     values = forms[0] if fmt in TRANSLATE_FORMATS else f
@@ -271,7 +270,7 @@ def token_positions(prompt: Prompt, offsets, part: str) -> list[int]:
     """Token indices of a part of `prompt`, from the tokenizer's character offsets.
 
     part: a position set (final, question, dict = every key and value token, all) or a span name
-    (query, persona, key{i}, value{i}). Works for any tokenizer that reports offsets.
+    (query, persona, cues, key{i}, value{i}). Works for any tokenizer that reports offsets.
     """
     if part == "all":
         return list(range(len(offsets)))
