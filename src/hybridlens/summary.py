@@ -57,14 +57,15 @@ def _circuit(path):
 
 
 def _split(path):
+    """Content and style through each channel, and whether the intact model reads its style cues' KV."""
     t = _read(path)
-    t = t[t["property"] == "retrieval"]
-    conditions = [c for c in ("kv_only", "state_only", "state_swap") if c in set(t["condition"])]
+    conditions = [c for c in ("kv_only", "state_only", "state_swap", "cues_kv_neutral") if c in set(t["condition"])]
     rows = []
-    for model, g in t.groupby("model", sort=False):
+    for (model, prop), g in t.groupby(["model", "property"], sort=False):
         g = g.set_index("condition")
-        rows.append([model] + [_ci(*g.loc[c, ["retention", "retention_lo", "retention_hi"]]) for c in conditions])
-    return "Split-prefill: retention of retrieval against the full cache", _table(["model", *conditions], rows)
+        cells = [_ci(*g.loc[c, ["retention", "retention_lo", "retention_hi"]]) for c in conditions]
+        rows.append([model, prop, *cells])
+    return "Split-prefill: retention against the full cache", _table(["model", "property", *conditions], rows)
 
 
 def _scale(path):

@@ -460,6 +460,13 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         )
         row = next(line for line in section.splitlines() if line.startswith(f"| {model} |"))
         assert row.split(" | ")[2] == cell, row
+    retention = pd.read_csv(run1 / "results/tables/split_prefill_retention.tsv", sep="\t")
+    section = page.split("## Split-prefill")[1].split("## ")[0]
+    cues = retention.query("condition == 'cues_kv_neutral'").dropna(subset=["retention_lo", "retention_hi"])
+    assert len(cues) > 0
+    for r in cues.itertuples():
+        row = next(line for line in section.splitlines() if line.startswith(f"| {r.model} | {r.property} |"))
+        assert row.strip("| ").split(" | ")[-1] == f"{r.retention:.3f} [{r.retention_lo:.3f}, {r.retention_hi:.3f}]"
     contents = pd.read_csv(run1 / "results/stitch/qwen_tiny--granite_tiny/query_content.tsv", sep="\t")
     section = page.split("## Stitching: what each model's")[1].split("## ")[0]
     for model, g in contents.groupby("model"):
