@@ -11,7 +11,7 @@ from hybridlens.config import (
     check_config,
     load_config,
 )
-from hybridlens.experiments.zoo import check_toy, check_trained_format
+from hybridlens.experiments.zoo import check_from, check_toy, check_trained_format
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
 from hybridlens.store import sweep_temporaries
@@ -103,6 +103,7 @@ def check_sources():
             )
         if is_toy(name):
             check_toy(entry["source"]["toy"], f"{where}.toy")
+            check_from(name, config["models"])
         if is_realshape(name):
             path = Path(realshape_config(name))
             if not path.is_file():
@@ -158,6 +159,12 @@ def zoo_members():
 
 def toy_spec(wildcards):
     return config["models"][wildcards.model]["source"]["toy"]
+
+
+def parent_input(wildcards):
+    """A `from` toy's parent, trained and past its gate: the weights it starts from."""
+    parent = toy_spec(wildcards).get("from")
+    return {"parent": f"results/models/{parent}/eval.json"} if parent else {}
 
 
 def trained_formats(model):

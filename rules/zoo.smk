@@ -2,6 +2,8 @@
 
 
 rule train_toy:
+    input:
+        unpack(parent_input),
     output:
         config="results/models/{model}/config.json",
         weights="results/models/{model}/model.safetensors",

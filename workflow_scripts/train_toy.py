@@ -15,7 +15,8 @@ with script_log(snakemake) as log:
     torch.set_num_threads(snakemake.threads)
     t, out_dir = snakemake.params.training, Path(snakemake.output.config).parent
     start = time.perf_counter()
-    curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=out_dir)
+    parent = Path(snakemake.input.parent).parent if "from" in t["toy"] else None
+    curve = train_and_save(t["family"], t["toy"], t["zoo"], out_dir=out_dir, parent=parent)
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)
     # Training is a plateau escape whose timing depends on float rounding: record where it ran (ship_toy ships it).
     seconds, steps = round(time.perf_counter() - start, 1), curve[-1]["step"] + 1

@@ -7,7 +7,9 @@ GroupDropout      zero whole groups of linear mixers per training prompt; its ga
 held_out_prompts  prompts over the keys a model's tokenizer holds (a toy's: the ones it was trained on)
 evaluate_model    held-out retrieval accuracy per format, language fidelity, persona fidelity
 check_gate        raise when retrieval is below the threshold
-check_toy         refuse a toy spec whose keys cannot train as asked (chain, pretrain, group_gate), in one line
+check_toy         refuse a toy spec whose keys cannot train as asked (chain, pretrain, from, group_gate), in one line
+check_from        refuse a `from` toy whose parent is no toy of the registry or has another architecture
+start_from        a `from` toy's weights before its training: the parent's, fused words added, layers redrawn
 train_and_save    build, train and save_pretrained one toy model (+ tokenizer) from its registry entry
 """
 
@@ -21,7 +23,7 @@ from tqdm import tqdm
 from hybridlens.errors import UserError
 from hybridlens.interventions.cache import greedy
 from hybridlens.interventions.hooks import first_tensor, replace_first
-from hybridlens.models.adapter import HybridModel
+from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
@@ -379,8 +381,13 @@ def check_toy(toy: dict, where: str):
     that group dropout keeps, so it needs `group_drop`."""
     if "group_gate" in toy and not toy.get("group_drop"):
         raise UserError(f"{where}.group_gate: it judges the groups that group dropout keeps; set group_drop")
-    if "pretrain" in toy and "chain" in toy:
-        raise UserError(f"{where}: chain and pretrain are two ways of training in two phases; keep one of them")
+    phases = [k for k in ("chain", "pretrain", "from") if k in toy]
+    if len(phases) > 1:
+        raise UserError(f"{where}: {' and '.join(phases)} are ways of training in two phases; keep one of them")
+    if "redraw" in toy and "from" not in toy:
+        raise UserError(f"{where}.redraw: layers are drawn afresh in weights trained before; set from")
+    if any(i >= len(toy["layout"]) for i in toy.get("redraw", ())):
+        raise UserError(f"{where}.redraw: {toy['redraw']} names a layer the {len(toy['layout'])}-layer layout lacks")
     chain = toy.get("chain")
     if chain is None:
         return
@@ -391,6 +398,40 @@ def check_toy(toy: dict, where: str):
             f"{where}.chain.freeze_below: {chain['freeze_below']} freezes all {len(toy['layout'])} layers; "
             "freeze the layers up to the first lookup's reader, fewer than the layout has"
         )
+
+
+# What a toy starts from must have the same shape; its seed draws only what is new, so it may differ.
+ARCHITECTURE = ("hidden_size", "layout", "heads", "state_size", "positions", "keys", "embedding")
+
+
+def check_from(name: str, models: dict):
+    """Raise UserError when toy `name`'s `from` names no toy of the registry `models`, leads back to itself, or
+    names one of another family or architecture: the toy continues training the parent's weights."""
+    where, parents = f"config models.{name}.source.toy.from", [name]
+    while "from" in _toy(models[parents[-1]]):
+        parent = _toy(models[parents[-1]])["from"]
+        if parent not in models or not _toy(models[parent]):
+            raise UserError(f"{where}: {parent} is not a toy of the registry; name a {{toy: spec}} entry")
+        if parent in parents:
+            raise UserError(f"{where}: {' -> '.join([*parents, parent])} starts from itself; break the cycle")
+        parents.append(parent)
+    if len(parents) == 1:
+        return
+    parent = parents[1]
+    if models[parent]["family"] != models[name]["family"]:
+        raise UserError(f"{where}: {parent} is a {models[parent]['family']} toy; set family to it")
+    toy, first = _toy(models[name]), _toy(models[parent])
+    for key in ARCHITECTURE:
+        if toy.get(key) != first.get(key):
+            raise UserError(
+                f"config models.{name}.source.toy.{key}: {toy.get(key)} where {parent}, whose weights it starts "
+                f"from, has {first.get(key)}; set it to {parent}'s"
+            )
+
+
+def _toy(entry: dict) -> dict | None:
+    source = entry["source"]
+    return source.get("toy") if isinstance(source, dict) else None
 
 
 def check_trained_format(section: str, models_key: str, fmt: str, trained: dict) -> None:
@@ -427,20 +468,11 @@ def redraw_embeddings(model, tokenizer, words, seed: int):
         weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * weight.std()
 
 
-def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
-    """Train a toy model from its registry spec and zoo settings; save it where `out_dir` says.
-
-    Files are written to a temporary directory beside `out_dir` and moved into place at the end,
-    so an interrupted run leaves no half-written weights. Returns the training curve rows.
-    """
-    formats = toy.get("formats", zoo["formats"])
-    pretrain = toy.get("pretrain")
-    first = pretrain["formats"] if pretrain else []
-    fused = any(f in FUSED_FORMATS for f in [*formats, *first])
-    tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=fused)
-    model = build_toy_model(
+def _fresh(family: str, toy: dict, vocab_size: int):
+    """The untrained model a toy spec draws from its seed."""
+    return build_toy_model(
         family,
-        len(tokenizer),
+        vocab_size,
         toy["hidden_size"],
         toy["layout"],
         toy.get("heads", 4),
@@ -448,7 +480,48 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True):
         toy.get("state_size"),
         toy.get("positions", "rope"),
     )
-    if "embedding" in toy:
+
+
+def start_from(parent, family: str, toy: dict, n_languages: int):
+    """(model, tokenizer) a `from` toy starts its training with: the trained checkpoint `parent`, the fused words
+    appended to its tokenizer when the toy's formats need them and drawn afresh (the parent never predicted them),
+    and the mixers of the `redraw` layers replaced by those an untrained toy of this spec draws from its seed, so
+    that what a layer learned in the parent's training is gone while every other layer keeps it."""
+    hm = load_model(parent, attn_implementation="eager", family=family)
+    model, tokenizer = hm.model.train(), hm.tokenizer
+    if any(f in FUSED_FORMATS for f in toy.get("formats", ())) and fused_words(n_languages).keys() - tokenizer.vocab:
+        old, tokenizer = tokenizer.get_vocab(), build_tokenizer(n_languages, toy.get("keys"), fused=True)
+        if any(tokenizer.get_vocab().get(w) != i for w, i in old.items()):
+            raise UserError(f"{parent}: its tokenizer is not a toy's of {n_languages} languages; train it as one")
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+        redraw_embeddings(model, tokenizer, fused_words(n_languages), toy.get("seed", 0))
+    if toy.get("redraw"):
+        fresh = HybridModel(_fresh(family, toy, len(tokenizer)), tokenizer)
+        own = HybridModel(model, tokenizer)
+        for layer in toy["redraw"]:
+            for part in (HybridModel.mixer, HybridModel.attention):
+                if part(own, layer) is not None:
+                    part(own, layer).load_state_dict(part(fresh, layer).state_dict())
+    return model, tokenizer
+
+
+def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True, parent=None):
+    """Train a toy model from its registry spec and zoo settings; save it where `out_dir` says.
+
+    parent: the trained checkpoint directory of the toy's `from`, whose weights it continues to train.
+    Files are written to a temporary directory beside `out_dir` and moved into place at the end,
+    so an interrupted run leaves no half-written weights. Returns the training curve rows.
+    """
+    formats = toy.get("formats", zoo["formats"])
+    pretrain = toy.get("pretrain")
+    first = pretrain["formats"] if pretrain else []
+    fused = any(f in FUSED_FORMATS for f in [*formats, *first])
+    if "from" in toy:
+        model, tokenizer = start_from(parent, family, toy | {"formats": formats}, zoo["n_languages"])
+    else:
+        tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=fused)
+        model = _fresh(family, toy, len(tokenizer))
+    if "embedding" in toy:  # a parent's rows are the same draw; fused words appended get theirs
         share_embedding(model, **toy["embedding"])
     # The batches have a seed of their own, so that crossing it with the weights' tells which one a result follows.
     seed, chain = toy.get("data_seed", toy.get("seed", 0)), toy.get("chain")
