@@ -11,12 +11,14 @@ from hybridlens.experiments import zoo as zoo_module
 from hybridlens.experiments.zoo import (
     GateFailed,
     GroupDropout,
+    check_from,
     check_gate,
     check_toy,
     check_trained_format,
     evaluate_model,
     held_out_prompts,
     running_accuracy,
+    start_from,
     train_and_save,
     train_toy,
     training_batch,
@@ -254,8 +256,109 @@ def test_a_pretrained_toys_first_phase_trains_to_the_validation_target(tmp_path)
 
 def test_a_toy_with_both_chain_and_pretrain_is_refused_in_one_line():
     spec = {"hidden_size": 16, "layout": "LALA", "formats": ["hop"], "chain": {"steps": 5, "freeze_below": 2}}
-    with pytest.raises(UserError, match=r"^m.toy: chain and pretrain are two ways of training in two phases; keep one"):
+    with pytest.raises(UserError, match=r"^m.toy: chain and pretrain are ways of training in two phases; keep one"):
         check_toy(spec | {"pretrain": {"formats": ["chat"], "steps": 5}}, "m.toy")
+
+
+PARENT = {"hidden_size": 16, "layout": "LALA", "heads": 2, "seed": 3, "formats": ["notes"], "steps": 5}
+PARENT |= {"questions": "recite"}
+
+
+def test_a_from_toy_continues_its_parents_weights_with_fused_words_added_and_its_redraw_layers_drawn_afresh(tmp_path):
+    train_and_save("qwen3_5", PARENT, ZOO, tmp_path / "parent", False)
+    parent = load_model(tmp_path / "parent")
+    child = PARENT | {"seed": 7, "formats": ["fused_notes"], "steps": 6, "from": "parent", "redraw": [1]}
+    starts = []
+    for global_seed in (0, 1):  # resizing draws the appended rows from the global generator; they are redrawn
+        torch.manual_seed(global_seed)
+        starts.append(start_from(tmp_path / "parent", "qwen3_5", child, 2))
+    (model, tokenizer), (again, _) = starts
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters(), strict=True))
+    old, new = parent.tokenizer.get_vocab(), tokenizer.get_vocab()
+    assert all(new[w] == i for w, i in old.items()) and set(fused_words(2)) <= set(new)
+    e_parent, e = parent.model.get_input_embeddings().weight, model.get_input_embeddings().weight
+    assert torch.equal(e[: len(old)], e_parent) and e.shape[0] == len(tokenizer)
+    assert e[len(old) :].std().item() == pytest.approx(e_parent.std().item(), rel=0.2)  # drawn at its scale
+    # Layer 1's attention is an untrained toy's of the child's seed; every other weight is the parent's.
+    fresh = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 7)
+    redrawn = {n for n, _ in model.named_parameters() if n.startswith("model.layers.1.self_attn.")}
+    assert len(redrawn) == 6
+    mine, theirs, untrained = (dict(m.named_parameters()) for m in (model, parent.model, fresh))
+    for name, p in mine.items():
+        if name in redrawn:
+            assert torch.equal(p, untrained[name]) and not torch.equal(p, theirs[name]), name
+        elif "embed_tokens" not in name and "lm_head" not in name:
+            assert torch.equal(p, theirs[name]), name
+    # train_and_save trains exactly that start on the child's formats, its batches drawn by its seed.
+    train_and_save("qwen3_5", child, ZOO, tmp_path / "child", False, parent=tmp_path / "parent")
+    train_toy(model, tokenizer, 6, seed=7, formats=["fused_notes"], **BY_HAND | {"questions": "recite"})
+    saved = load_model(tmp_path / "child").model
+    for (name, p), q in zip(saved.named_parameters(), model.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_a_from_toy_of_the_parents_formats_starts_from_the_parent_unchanged(tmp_path):
+    train_and_save("qwen3_5", PARENT, ZOO, tmp_path / "parent", False)
+    parent = load_model(tmp_path / "parent")
+    model, tokenizer = start_from(tmp_path / "parent", "qwen3_5", PARENT | {"seed": 7, "from": "parent"}, 2)
+    assert tokenizer.get_vocab() == parent.tokenizer.get_vocab()
+    for (name, p), q in zip(model.named_parameters(), parent.model.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def _registry(**toys):
+    return {name: {"family": "qwen3_5", "source": {"toy": PARENT | spec}} for name, spec in toys.items()}
+
+
+@pytest.mark.parametrize(
+    "models, line",
+    [
+        (_registry(c={"from": "p"}), "config models.c.source.toy.from: p is not a toy of the registry; name a"),
+        (
+            _registry(c={"from": "b"}, b={"from": "c"}),
+            "config models.c.source.toy.from: c -> b -> c starts from itself; break the cycle",
+        ),
+        (
+            _registry(c={"from": "p", "layout": "LLAA"}, p={}),
+            "config models.c.source.toy.layout: LLAA where p, whose weights it starts from, has LALA; set it to p's",
+        ),
+        (
+            _registry(c={"from": "p", "state_size": 4}, p={}),
+            "config models.c.source.toy.state_size: 4 where p, whose weights it starts from, has None; set it to p's",
+        ),
+        (
+            _registry(c={"from": "p"}) | {"p": {"family": "granitemoehybrid", "source": {"toy": PARENT}}},
+            "config models.c.source.toy.from: p is a granitemoehybrid toy; set family to it",
+        ),
+    ],
+    ids=["unknown", "cycle", "layout", "state-size", "family"],
+)
+def test_a_from_toy_that_cannot_start_from_its_parent_is_refused_in_one_line(models, line):
+    with pytest.raises(UserError) as err:
+        check_from("c", models)
+    assert str(err.value) == line or str(err.value).startswith(line)
+
+
+def test_a_from_toy_of_the_same_architecture_and_another_seed_passes():
+    check_from("c", _registry(c={"from": "p", "seed": 9, "formats": ["fused_notes"], "redraw": [3]}, p={}))
+
+
+@pytest.mark.parametrize(
+    "spec, line",
+    [
+        ({"redraw": [1]}, "m.toy.redraw: layers are drawn afresh in weights trained before; set from"),
+        ({"from": "p", "redraw": [4]}, "m.toy.redraw: [4] names a layer the 4-layer layout lacks"),
+        (
+            {"from": "p", "pretrain": {"formats": ["chat"], "steps": 5}},
+            "m.toy: pretrain and from are ways of training in two phases; keep one of them",
+        ),
+    ],
+    ids=["redraw-alone", "redraw-out-of-range", "from-and-pretrain"],
+)
+def test_a_redraw_or_from_toy_that_cannot_train_is_refused_in_one_line(spec, line):
+    with pytest.raises(UserError) as err:
+        check_toy(PARENT | spec, "m.toy")
+    assert str(err.value) == line
 
 
 def test_a_group_gate_without_group_dropout_is_refused_in_one_line():

@@ -458,14 +458,16 @@ def freeze_first_lookup(model, tokenizer, n_languages: int, seed: int, freeze_be
         module.requires_grad_(False)
 
 
-def redraw_embeddings(model, tokenizer, words, seed: int):
-    """Draw `words`' embedding rows afresh at the embedding's scale: rows a phase of training never predicted
-    collapse onto one direction when tied to the unembedding, and the next phase could not tell them apart."""
+def redraw_embeddings(model, tokenizer, words, seed: int, scale=None):
+    """Draw `words`' embedding rows afresh at the embedding's scale (its std, unless `scale` is given): rows a phase
+    of training never predicted collapse onto one direction when tied to the unembedding, and the next phase could
+    not tell them apart."""
     ids = tokenizer.convert_tokens_to_ids(list(words))
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         weight = model.get_input_embeddings().weight
-        weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * weight.std()
+        scale = weight.std() if scale is None else scale
+        weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * scale
 
 
 def _fresh(family: str, toy: dict, vocab_size: int):
@@ -493,8 +495,10 @@ def start_from(parent, family: str, toy: dict, n_languages: int):
         old, tokenizer = tokenizer.get_vocab(), build_tokenizer(n_languages, toy.get("keys"), fused=True)
         if any(tokenizer.get_vocab().get(w) != i for w, i in old.items()):
             raise UserError(f"{parent}: its tokenizer is not a toy's of {n_languages} languages; train it as one")
+        # At the trained rows' scale: the appended rows hold whatever resizing drew from the global generator.
+        scale = model.get_input_embeddings().weight.std().item()
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-        redraw_embeddings(model, tokenizer, fused_words(n_languages), toy.get("seed", 0))
+        redraw_embeddings(model, tokenizer, fused_words(n_languages), toy.get("seed", 0), scale)
     if toy.get("redraw"):
         fresh = HybridModel(_fresh(family, toy, len(tokenizer)), tokenizer)
         own = HybridModel(model, tokenizer)
