@@ -99,6 +99,18 @@ def test_a_chain_toy_that_cannot_train_is_refused_before_any_job(tmp_path):
     assert res.returncode != 0 and line in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
 
 
+def test_a_toy_that_cannot_start_from_its_parent_is_refused_before_any_job(tmp_path):
+    cwd = workdir(tmp_path)
+    toy = {"hidden_size": 16, "layout": "LLA", "heads": 2, "from": "qwen_tiny", "redraw": [2]}
+    edit_config(cwd, lambda c: c["models"].update(mine={"family": "qwen3_5", "source": {"toy": toy}}))
+    res = snakemake(cwd, "-n")
+    line = (
+        "config models.mine.source.toy.hidden_size: 16 where qwen_tiny, whose weights it starts from, has 32; "
+        "set it to qwen_tiny's"
+    )
+    assert res.returncode != 0 and line in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
+
+
 def test_a_toy_analysed_in_a_format_it_was_not_trained_on_is_refused_before_any_job(tmp_path):
     cwd = workdir(tmp_path)
     toy = {"hidden_size": 16, "layout": "LLLA", "heads": 1, "formats": ["translate_fused"]}

@@ -296,6 +296,24 @@ def test_notes_preset_trains_its_toy_and_runs_only_split_prefill_and_the_circuit
     assert "scale" not in counts and "stitch_swap" not in counts and "hla_scratch" not in counts
 
 
+def test_redraw_preset_trains_the_notes_toy_before_the_four_that_continue_it(tmp_path):
+    counts = preset_jobs(tmp_path / "all", "redraw")
+    assert counts["train_toy"] == "5" and counts["circuit"] == counts["split_prefill"] == "4"
+    assert "scale" not in counts and "stitch_swap" not in counts and "hla_scratch" not in counts
+    target = "results/models/qwen_redraw_s2/eval.json"
+    res = snakemake(workdir(tmp_path / "one"), "-n", target, configfile="config/presets/redraw.yaml")
+    jobs = re.findall(r"rule (\w+):\n((?:    .*\n)*?)    wildcards: model=(\w+)", res.stdout)
+    assert sorted((rule, model) for rule, _, model in jobs) == [
+        ("evaluate_toy", "qwen_notes"),
+        ("evaluate_toy", "qwen_redraw_s2"),
+        ("train_toy", "qwen_notes"),
+        ("train_toy", "qwen_redraw_s2"),
+    ]
+    inputs = {model: body for rule, body, model in jobs if rule == "train_toy"}
+    assert "input: results/models/qwen_notes/eval.json" in inputs["qwen_redraw_s2"]
+    assert "input:" not in inputs["qwen_notes"]
+
+
 def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
     counts = preset_jobs(tmp_path, "hop")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == "1"

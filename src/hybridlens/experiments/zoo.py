@@ -411,7 +411,8 @@ def check_from(name: str, models: dict):
     while "from" in _toy(models[parents[-1]]):
         parent = _toy(models[parents[-1]])["from"]
         if parent not in models or not _toy(models[parent]):
-            raise UserError(f"{where}: {parent} is not a toy of the registry; name a {{toy: spec}} entry")
+            toys = ", ".join(sorted(m for m in models if _toy(models[m]) and m != name))
+            raise UserError(f"{where}: {parent} is not a toy of the registry; name one of its toys ({toys})")
         if parent in parents:
             raise UserError(f"{where}: {' -> '.join([*parents, parent])} starts from itself; break the cycle")
         parents.append(parent)
