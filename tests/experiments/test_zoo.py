@@ -297,6 +297,24 @@ def test_a_from_toy_continues_its_parents_weights_with_fused_words_added_and_its
         assert torch.equal(p, q), name
 
 
+@pytest.mark.parametrize("family, layout", [("granitemoehybrid", "LLA"), ("falcon_h1", "PP"), ("nemotron_h", "LFA")])
+def test_redraw_replaces_exactly_the_layers_mixers_in_every_layer_kind(tmp_path, family, layout):
+    """A linear layer's whole mixer, an attention layer's, a parallel layer's two, an MLP-only layer's MLP."""
+    spec = {"hidden_size": 16, "layout": layout, "heads": 2, "seed": 3, "formats": ["chat"], "steps": 3}
+    train_and_save(family, spec, ZOO, tmp_path / "parent", False)
+    parent = load_model(tmp_path / "parent")
+    untrained = HybridModel(build_toy_model(family, len(parent.tokenizer), 16, layout, 2, 5), parent.tokenizer)
+    for layer in range(len(layout)):
+        model, _ = start_from(tmp_path / "parent", family, spec | {"from": "p", "redraw": [layer], "seed": 5}, 2)
+        mixers = [m for m in {untrained.mixer(layer), untrained.attention(layer)} if m is not None]
+        fresh = {id(p) for m in mixers for p in m.parameters()}
+        for (name, p), q, u in zip(
+            model.named_parameters(), parent.model.parameters(), untrained.model.parameters(), strict=True
+        ):
+            assert torch.equal(p, u if id(u) in fresh else q), (layer, name)
+        assert len(fresh) >= 2
+
+
 def test_a_from_toy_of_the_parents_formats_starts_from_the_parent_unchanged(tmp_path):
     train_and_save("qwen3_5", PARENT, ZOO, tmp_path / "parent", False)
     parent = load_model(tmp_path / "parent")
