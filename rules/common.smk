@@ -162,9 +162,10 @@ def toy_spec(wildcards):
 
 
 def parent_input(wildcards):
-    """A `from` toy's parent, trained and past its gate: the weights it starts from."""
+    """A `from` toy's parent: the weights it starts from. Only new weights retrain the toy; a new evaluation of
+    the same ones (another gate) does not, as training_params leaves the gate out."""
     parent = toy_spec(wildcards).get("from")
-    return {"parent": f"results/models/{parent}/eval.json"} if parent else {}
+    return {"parent": f"results/models/{parent}/model.safetensors"} if parent else {}
 
 
 def trained_formats(model):
@@ -194,16 +195,19 @@ def training_priority(wildcards):
 
 
 def training_params(wildcards):
-    """What training a toy model depends on (not its gate or evaluation), so changing those keeps the weights."""
+    """What training a toy model depends on (not its gate or evaluation), so changing those keeps the weights;
+    a `from` toy's includes its parent's, so that a shipped one says how to train it again.
+    """
     toy = {k: v for k, v in toy_spec(wildcards).items() if k != "gate"}
     zoo = {k: config["zoo"][k] for k in TOY_TRAINING_KEYS}
-    return canonical(
-        {
-            "family": config["models"][wildcards.model]["family"],
-            "toy": toy,
-            "zoo": zoo,
-        }
-    )
+    params = {
+        "family": config["models"][wildcards.model]["family"],
+        "toy": toy,
+        "zoo": zoo,
+    }
+    if "from" in toy:
+        params["parent"] = training_params(SimpleNamespace(model=toy["from"]))
+    return canonical(params)
 
 
 def model_source(wildcards):

@@ -26,7 +26,7 @@ from hybridlens.experiments.zoo import (
 from hybridlens.interventions.cache import greedy, prefill
 from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
-from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.tasks.retrieval import FUSED_FORMATS, hop_links, make_prompts
 from hybridlens.tasks.vocab import VALUES, fused_words, language_forms
 
@@ -315,6 +315,59 @@ def test_redraw_replaces_exactly_the_layers_mixers_in_every_layer_kind(tmp_path,
         assert len(fresh) >= 2
 
 
+def test_a_from_toy_of_a_fused_parent_keeps_its_tokenizer_and_redraws_what_its_own_spec_would_draw(tmp_path):
+    fused = PARENT | {"formats": ["fused_notes"]}
+    train_and_save("qwen3_5", fused, ZOO, tmp_path / "parent", False)
+    parent = load_model(tmp_path / "parent")
+    model, tokenizer = start_from(tmp_path / "parent", "qwen3_5", PARENT | {"seed": 7, "from": "p", "redraw": [1]}, 2)
+    assert tokenizer.get_vocab() == parent.tokenizer.get_vocab()
+    assert torch.equal(model.get_input_embeddings().weight, parent.model.get_input_embeddings().weight)
+    untrained = build_toy_model("qwen3_5", len(build_tokenizer(2)), 16, "LALA", 2, 7)  # the notes-only spec's
+    mine, untrained = (m.model.layers[1].self_attn.parameters() for m in (model, untrained))
+    assert all(torch.equal(p, q) for p, q in zip(mine, untrained, strict=True))
+
+
+def test_an_untied_toy_appends_both_tables_rows_independent_of_the_global_generator(tmp_path):
+    spec = {"hidden_size": 16, "layout": "LFA", "heads": 2, "seed": 3, "formats": ["chat"], "steps": 3}
+    train_and_save("nemotron_h", spec, ZOO, tmp_path / "parent", False)
+    parent = load_model(tmp_path / "parent").model
+    child = spec | {"from": "p", "seed": 7, "formats": ["fused_notes"]}
+    starts = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        starts.append(start_from(tmp_path / "parent", "nemotron_h", child, 2)[0])
+    for old, table in ((parent, "get_input_embeddings"), (parent, "get_output_embeddings")):
+        a, b = (getattr(m, table)().weight for m in starts)
+        rows = getattr(old, table)().weight
+        assert torch.equal(a, b) and torch.equal(a[: len(rows)], rows), table
+        assert a[len(rows) :].std().item() == pytest.approx(rows.std().item(), rel=0.2), table
+
+
+def test_a_from_toy_with_a_shared_embedding_keeps_the_parents_rows_exactly_and_frozen(tmp_path):
+    spec = PARENT | {"formats": ["chat"], "embedding": {"seed": 5, "dim": 9}}  # 223 x 9 rows: not a multiple of 16
+    train_and_save("qwen3_5", spec, ZOO, tmp_path / "parent", False)
+    rows = load_model(tmp_path / "parent").model.get_input_embeddings().weight
+    model, tokenizer = start_from(tmp_path / "parent", "qwen3_5", spec | {"from": "p", "formats": ["fused_notes"]}, 2)
+    weight = model.get_input_embeddings().weight
+    assert torch.equal(weight[: len(rows)], rows) and not weight.requires_grad
+    fresh = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
+    share_embedding(fresh, seed=5, dim=9)
+    assert torch.allclose(weight[len(rows) :], fresh.get_input_embeddings().weight[len(rows) :])
+
+
+def test_a_from_toy_can_start_from_a_from_toy(tmp_path):
+    train_and_save("qwen3_5", PARENT, ZOO, tmp_path / "p", False)
+    child = PARENT | {"from": "p", "seed": 7, "formats": ["fused_notes"], "steps": 3}
+    train_and_save("qwen3_5", child, ZOO, tmp_path / "c", False, parent=tmp_path / "p")
+    grandchild = child | {"from": "c", "formats": ["chat"], "redraw": [3]}
+    train_and_save("qwen3_5", grandchild, ZOO, tmp_path / "g", False, parent=tmp_path / "c")
+    c, g = load_model(tmp_path / "c"), load_model(tmp_path / "g")
+    assert g.tokenizer.get_vocab() == c.tokenizer.get_vocab()  # the fused words the first continuation added
+    assert not torch.equal(
+        g.model.model.layers[0].linear_attn.out_proj.weight, c.model.model.layers[0].linear_attn.out_proj.weight
+    )
+
+
 def test_a_from_toy_of_the_parents_formats_starts_from_the_parent_unchanged(tmp_path):
     train_and_save("qwen3_5", PARENT, ZOO, tmp_path / "parent", False)
     parent = load_model(tmp_path / "parent")
@@ -337,7 +390,7 @@ def _registry(**toys):
         ),
         (
             _registry(c={"from": "b"}, b={"from": "c"}),
-            "config models.c.source.toy.from: c -> b -> c starts from itself; break the cycle",
+            "config models.b.source.toy.from: c -> b -> c starts from itself; break the cycle",
         ),
         (
             _registry(c={"from": "p", "layout": "LLAA"}, p={}),
@@ -345,14 +398,22 @@ def _registry(**toys):
         ),
         (
             _registry(c={"from": "p", "state_size": 4}, p={}),
-            "config models.c.source.toy.state_size: 4 where p, whose weights it starts from, has None; set it to p's",
+            "config models.c.source.toy.state_size: 4 where p, whose weights it starts from, has unset; set it to p's",
         ),
         (
             _registry(c={"from": "p"}) | {"p": {"family": "granitemoehybrid", "source": {"toy": PARENT}}},
-            "config models.c.source.toy.from: p is a granitemoehybrid toy; set family to it",
+            "config models.c.family: p, whose weights it starts from, is a granitemoehybrid toy; set granitemoehybrid",
+        ),
+        (  # the entry to fix is b, whichever toy's check meets it first
+            _registry(c={"from": "b"}, b={"from": "x"}),
+            "config models.b.source.toy.from: x is not a toy of the registry; name one of its toys (c)",
+        ),
+        (
+            _registry(c={"from": "p"}),
+            "config models.c.source.toy.from: p is not a toy of the registry; add the toy it starts from to models",
         ),
     ],
-    ids=["unknown", "cycle", "layout", "state-size", "family"],
+    ids=["unknown", "cycle", "layout", "state-size", "family", "unknown-grandparent", "no-other-toy"],
 )
 def test_a_from_toy_that_cannot_start_from_its_parent_is_refused_in_one_line(models, line):
     with pytest.raises(UserError) as err:
@@ -362,13 +423,14 @@ def test_a_from_toy_that_cannot_start_from_its_parent_is_refused_in_one_line(mod
 
 def test_a_from_toy_of_the_same_architecture_and_another_seed_passes():
     check_from("c", _registry(c={"from": "p", "seed": 9, "formats": ["fused_notes"], "redraw": [3]}, p={}))
+    check_from("c", _registry(c={"from": "b", "heads": 2, "positions": "rope"}, b={"from": "p"}, p={}))  # defaults
 
 
 @pytest.mark.parametrize(
     "spec, line",
     [
         ({"redraw": [1]}, "m.toy.redraw: layers are drawn afresh in weights trained before; set from"),
-        ({"from": "p", "redraw": [4]}, "m.toy.redraw: [4] names a layer the 4-layer layout lacks"),
+        ({"from": "p", "redraw": [4]}, "m.toy.redraw: [4] names a layer the 4-layer layout lacks; use 0 to 3"),
         (
             {"from": "p", "pretrain": {"formats": ["chat"], "steps": 5}},
             "m.toy: pretrain and from are ways of training in two phases; keep one of them",

@@ -2,9 +2,11 @@
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import pandas as pd
@@ -17,7 +19,7 @@ from hybridlens.experiments.extract import extract
 from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
 from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
 from hybridlens.experiments.stitch import TRANSFERS, fit_maps, map_scores, query_content
-from hybridlens.experiments.zoo import evaluate_model
+from hybridlens.experiments.zoo import evaluate_model, train_and_save
 from hybridlens.models.adapter import load_model
 from hybridlens.models.source import SourceError
 from hybridlens.store import read_store
@@ -304,14 +306,66 @@ def test_redraw_preset_trains_the_notes_toy_before_the_four_that_continue_it(tmp
     res = snakemake(workdir(tmp_path / "one"), "-n", target, configfile="config/presets/redraw.yaml")
     jobs = re.findall(r"rule (\w+):\n((?:    .*\n)*?)    wildcards: model=(\w+)", res.stdout)
     assert sorted((rule, model) for rule, _, model in jobs) == [
-        ("evaluate_toy", "qwen_notes"),
         ("evaluate_toy", "qwen_redraw_s2"),
         ("train_toy", "qwen_notes"),
         ("train_toy", "qwen_redraw_s2"),
     ]
     inputs = {model: body for rule, body, model in jobs if rule == "train_toy"}
-    assert "input: results/models/qwen_notes/eval.json" in inputs["qwen_redraw_s2"]
+    assert "input: results/models/qwen_notes/model.safetensors" in inputs["qwen_redraw_s2"]
     assert "input:" not in inputs["qwen_notes"]
+
+
+def test_a_from_toy_retrains_on_new_parent_weights_and_not_on_a_new_evaluation_of_them(tmp_path):
+    """Only by modification times (the files stand in for trained ones): a gate changed on the parent re-evaluates
+    it, and that must not cost the continuation its training."""
+    cwd = workdir(tmp_path)
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    child = {"hidden_size": 16, "layout": "LLA", "heads": 2, "from": "qwen_tiny_s", "steps": 5}
+    cfg["models"]["child"] = {"family": "qwen3_5", "source": {"toy": child}}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for age, model in ((600, "qwen_tiny_s"), (300, "child")):
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "curve.csv", "eval.json"):
+            path = cwd / "results/models" / model / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("stand-in")
+            stamp = time.time() - age + (60 if name == "eval.json" else 0)
+            os.utime(path, (stamp, stamp))
+
+    def retrained():
+        res = snakemake(cwd, "-n", "--rerun-triggers", "mtime", "--", "results/models/child/eval.json")
+        assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+        return re.findall(r"rule train_toy:\n(?:    .*\n)*?    wildcards: model=(\w+)", res.stdout)
+
+    assert retrained() == []
+    os.utime(cwd / "results/models/qwen_tiny_s/eval.json")
+    assert retrained() == []
+    os.utime(cwd / "results/models/qwen_tiny_s/model.safetensors")
+    assert retrained() == ["child"]
+
+
+def test_a_shipped_from_toy_is_its_parents_weights_trained_on_and_ships_the_parents_spec(tmp_path):
+    cwd = workdir(tmp_path)
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    child = {"hidden_size": 16, "layout": "LLA", "heads": 2, "seed": 4, "from": "qwen_tiny_s", "steps": 5}
+    cfg["models"]["child"] = {"family": "qwen3_5", "source": {"toy": child | {"redraw": [2]}}}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "--", "zoo/child/manifest.json")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    training = json.loads((cwd / "zoo/child/training.json").read_text())
+    assert training["toy"]["from"] == "qwen_tiny_s" and training["parent"]["toy"]["steps"] == 10
+    # The job's weights are what train_and_save makes of the parent's, as the library's tests hold it to.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the job ran
+    try:
+        train_and_save("qwen3_5", training["toy"], training["zoo"], tmp_path / "again", False, cwd / PARENT_DIR)
+    finally:
+        torch.set_num_threads(threads)
+    again, shipped = load_model(tmp_path / "again").model, load_model(cwd / "zoo/child").model
+    for (name, p), q in zip(again.named_parameters(), shipped.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+PARENT_DIR = "results/models/qwen_tiny_s"
 
 
 def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):

@@ -14,6 +14,7 @@ train_and_save    build, train and save_pretrained one toy model (+ tokenizer) f
 """
 
 import dataclasses
+import json
 import math
 import random
 
@@ -387,7 +388,8 @@ def check_toy(toy: dict, where: str):
     if "redraw" in toy and "from" not in toy:
         raise UserError(f"{where}.redraw: layers are drawn afresh in weights trained before; set from")
     if any(i >= len(toy["layout"]) for i in toy.get("redraw", ())):
-        raise UserError(f"{where}.redraw: {toy['redraw']} names a layer the {len(toy['layout'])}-layer layout lacks")
+        n = len(toy["layout"])
+        raise UserError(f"{where}.redraw: {toy['redraw']} names a layer the {n}-layer layout lacks; use 0 to {n - 1}")
     chain = toy.get("chain")
     if chain is None:
         return
@@ -400,34 +402,43 @@ def check_toy(toy: dict, where: str):
         )
 
 
-# What a toy starts from must have the same shape; its seed draws only what is new, so it may differ.
-ARCHITECTURE = ("hidden_size", "layout", "heads", "state_size", "positions", "keys", "embedding")
+# What a toy starts from must have the same shape (unset keys at their defaults); its seed draws only what is new.
+ARCHITECTURE = {"hidden_size": None, "layout": None, "heads": 4, "state_size": None, "positions": "rope"}
+ARCHITECTURE |= {"keys": None, "embedding": None}
 
 
 def check_from(name: str, models: dict):
     """Raise UserError when toy `name`'s `from` names no toy of the registry `models`, leads back to itself, or
     names one of another family or architecture: the toy continues training the parent's weights."""
-    where, parents = f"config models.{name}.source.toy.from", [name]
-    while "from" in _toy(models[parents[-1]]):
-        parent = _toy(models[parents[-1]])["from"]
+    chain = [name]
+    while "from" in _toy(models[chain[-1]]):
+        child, parent = chain[-1], _toy(models[chain[-1]])["from"]
+        where = f"config models.{child}.source.toy.from"
         if parent not in models or not _toy(models[parent]):
-            toys = ", ".join(sorted(m for m in models if _toy(models[m]) and m != name))
-            raise UserError(f"{where}: {parent} is not a toy of the registry; name one of its toys ({toys})")
-        if parent in parents:
-            raise UserError(f"{where}: {' -> '.join([*parents, parent])} starts from itself; break the cycle")
-        parents.append(parent)
-    if len(parents) == 1:
+            toys = ", ".join(sorted(m for m in models if _toy(models[m]) and m != child))
+            fix = f"name one of its toys ({toys})" if toys else "add the toy it starts from to models"
+            raise UserError(f"{where}: {parent} is not a toy of the registry; {fix}")
+        if parent in chain:
+            raise UserError(f"{where}: {' -> '.join([*chain, parent])} starts from itself; break the cycle")
+        chain.append(parent)
+    if len(chain) == 1:
         return
-    parent = parents[1]
+    parent, where = chain[1], f"config models.{name}"
     if models[parent]["family"] != models[name]["family"]:
-        raise UserError(f"{where}: {parent} is a {models[parent]['family']} toy; set family to it")
+        family = models[parent]["family"]
+        raise UserError(f"{where}.family: {parent}, whose weights it starts from, is a {family} toy; set {family}")
     toy, first = _toy(models[name]), _toy(models[parent])
-    for key in ARCHITECTURE:
-        if toy.get(key) != first.get(key):
+    for key, default in ARCHITECTURE.items():
+        mine, theirs = toy.get(key, default), first.get(key, default)
+        if mine != theirs:
             raise UserError(
-                f"config models.{name}.source.toy.{key}: {toy.get(key)} where {parent}, whose weights it starts "
-                f"from, has {first.get(key)}; set it to {parent}'s"
+                f"{where}.source.toy.{key}: {_shown(mine)} where {parent}, whose weights it starts from, has "
+                f"{_shown(theirs)}; set it to {parent}'s"
             )
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else json.dumps(value) if isinstance(value, dict) else str(value)
 
 
 def _toy(entry: dict) -> dict | None:
@@ -459,16 +470,14 @@ def freeze_first_lookup(model, tokenizer, n_languages: int, seed: int, freeze_be
         module.requires_grad_(False)
 
 
-def redraw_embeddings(model, tokenizer, words, seed: int, scale=None):
-    """Draw `words`' embedding rows afresh at the embedding's scale (its std, unless `scale` is given): rows a phase
-    of training never predicted collapse onto one direction when tied to the unembedding, and the next phase could
-    not tell them apart."""
+def redraw_embeddings(model, tokenizer, words, seed: int):
+    """Draw `words`' embedding rows afresh at the embedding's scale: rows a phase of training never predicted
+    collapse onto one direction when tied to the unembedding, and the next phase could not tell them apart."""
     ids = tokenizer.convert_tokens_to_ids(list(words))
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         weight = model.get_input_embeddings().weight
-        scale = weight.std() if scale is None else scale
-        weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * scale
+        weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * weight.std()
 
 
 def _fresh(family: str, toy: dict, vocab_size: int):
@@ -492,22 +501,42 @@ def start_from(parent, family: str, toy: dict, n_languages: int):
     that what a layer learned in the parent's training is gone while every other layer keeps it."""
     hm = load_model(parent, attn_implementation="eager", family=family)
     model, tokenizer = hm.model.train(), hm.tokenizer
-    if any(f in FUSED_FORMATS for f in toy.get("formats", ())) and fused_words(n_languages).keys() - tokenizer.vocab:
+    n_parent, seed = len(tokenizer), toy.get("seed", 0)
+    fused = any(f in FUSED_FORMATS for f in toy.get("formats", ()))
+    if fused and fused_words(n_languages).keys() - tokenizer.vocab:
         old, tokenizer = tokenizer.get_vocab(), build_tokenizer(n_languages, toy.get("keys"), fused=True)
         if any(tokenizer.get_vocab().get(w) != i for w, i in old.items()):
             raise UserError(f"{parent}: its tokenizer is not a toy's of {n_languages} languages; train it as one")
-        # At the trained rows' scale: the appended rows hold whatever resizing drew from the global generator.
-        scale = model.get_input_embeddings().weight.std().item()
-        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-        redraw_embeddings(model, tokenizer, fused_words(n_languages), toy.get("seed", 0), scale)
+        _append_words(model, tokenizer, fused_words(n_languages), seed)
+    if "embedding" in toy:  # frozen as in the parent, whose rows stay exact; appended words get the shared draw's
+        kept = model.get_input_embeddings().weight[:n_parent].clone()
+        share_embedding(model, **toy["embedding"])
+        with torch.no_grad():
+            model.get_input_embeddings().weight[:n_parent] = kept
     if toy.get("redraw"):
-        fresh = HybridModel(_fresh(family, toy, len(tokenizer)), tokenizer)
-        own = HybridModel(model, tokenizer)
+        vocab = build_tokenizer(n_languages, toy.get("keys"), fused=fused)  # an untrained toy's of this spec
+        fresh, own = HybridModel(_fresh(family, toy, len(vocab)), vocab), HybridModel(model, tokenizer)
         for layer in toy["redraw"]:
             for part in (HybridModel.mixer, HybridModel.attention):
                 if part(own, layer) is not None:
                     part(own, layer).load_state_dict(part(fresh, layer).state_dict())
     return model, tokenizer
+
+
+def _append_words(model, tokenizer, words, seed: int):
+    """Grow the embedding (and an untied unembedding) to `tokenizer`, drawing `words`' rows from `seed` at each
+    table's trained scale: resizing fills new rows from the global generator, which must not decide a toy."""
+    tables = (model.get_input_embeddings, model.get_output_embeddings)
+    untied = model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+    tables = tables if untied else tables[:1]
+    scales = [table().weight.std().item() for table in tables]
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    ids = tokenizer.convert_tokens_to_ids(list(words))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for table, scale in zip(tables, scales, strict=True):
+            weight = table().weight
+            weight[ids] = torch.randn(len(ids), weight.shape[1], generator=generator) * scale
 
 
 def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True, parent=None):
@@ -526,8 +555,8 @@ def train_and_save(family: str, toy: dict, zoo: dict, out_dir, progress=True, pa
     else:
         tokenizer = build_tokenizer(zoo["n_languages"], toy.get("keys"), fused=fused)
         model = _fresh(family, toy, len(tokenizer))
-    if "embedding" in toy:  # a parent's rows are the same draw; fused words appended get theirs
-        share_embedding(model, **toy["embedding"])
+        if "embedding" in toy:
+            share_embedding(model, **toy["embedding"])
     # The batches have a seed of their own, so that crossing it with the weights' tells which one a result follows.
     seed, chain = toy.get("data_seed", toy.get("seed", 0)), toy.get("chain")
     target = toy.get("target", zoo.get("target"))
