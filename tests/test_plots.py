@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from hybridlens.plots import PALETTE, interval, model_color, use_models
-from hybridlens.plots.zoo import plot_training
+from hybridlens.plots.zoo import eval_table, plot_eval, plot_training
 
 
 def test_interval_bars_span_the_tables_bounds_and_nan_draws_nothing():
@@ -60,3 +60,28 @@ def test_groups_needed_labels_toys_at_one_point_once_listing_them_all(tmp_path, 
     labels = {(t.xy, t.get_text()) for t in drawn[0].axes[0].texts}
     # Two seeds at one point share a label; that size's control and the unreached toy (drawn at the top) get theirs.
     assert labels == {((1000, 1), "one"), ((3000, 3), "seed0\nseed1"), ((3000, 1), "control"), ((3000, 4), "stuck")}
+
+
+def test_the_zoo_evaluation_shows_each_toy_on_its_own_formats_within_its_row(tmp_path, monkeypatch):
+    """A notes toy and its fused_notes continuation share chat, list and rev and differ in the format they trained
+    on, so each of those two formats has one toy."""
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+
+    def evaluation(trained, value):
+        rows = [
+            {"format": f, "n_pairs": 8, "n": 128, "retrieval": value, "language": 1.0, "persona": 1.0}
+            for f in ("chat", "list", "rev", trained)
+        ]
+        return {"gate": 0.95, "rows": rows}
+
+    table = eval_table({"notes_toy": evaluation("notes", 0.25), "fused_toy": evaluation("fused_notes", 0.75)})
+    plot_eval(table, tmp_path / "eval.png")
+    formats = ("chat", "list", "rev", "notes", "fused_notes")
+    lines = [line for line in drawn[0].axes[0].lines if line.get_label() in formats]
+    points = {line.get_label(): list(zip(*line.get_data(), strict=True)) for line in lines}
+    assert [len(points[f]) for f in ("chat", "list", "rev")] == [2, 2, 2]
+    ((x, y),) = points["notes"]
+    ((x2, y2),) = points["fused_notes"]
+    assert (x, x2) == (0.25, 0.75) and -0.5 < y < 0.5 < y2 < 1.5  # each in its own toy's row
+    assert len({y for f in points for _, y in points[f] if y < 0.5}) == 4  # four formats apart in a row

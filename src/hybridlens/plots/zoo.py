@@ -60,8 +60,12 @@ def plot_eval(table: pd.DataFrame, path):
     for ax, metric in zip(axes, metrics, strict=True):
         sub = table[table["metric"] == metric]
         for j, fmt in enumerate(formats):
-            d = sub[sub["format"] == fmt].set_index("model").loc[models]
-            y = [i + (j - 1) * 0.25 for i in range(len(models))]
+            # A toy is evaluated on chat, list and rev and on the formats it trained on, so each format has its
+            # own set of models; the formats share a model's row, side by side.
+            d = sub[sub["format"] == fmt].set_index("model")
+            d = d.loc[[m for m in models if m in d.index]]
+            offset = (j - (len(formats) - 1) / 2) * min(0.25, 0.7 / max(len(formats) - 1, 1))
+            y = [models.index(m) + offset for m in d.index]
             ax.plot(d["value"], y, "o", ms=4, color=PALETTE[j], label=fmt)
             interval(ax, d["value"], y, d["ci_lo"], d["ci_hi"], horizontal=True)
         if metric == "retrieval":  # each model's gate (0 = not gated)
