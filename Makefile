@@ -20,13 +20,14 @@ CONFIG ?=
 SNAKEMAKE_ARGS := --workflow-profile profiles/local $(if $(CONFIG),--configfile $(CONFIG))
 
 # One snakemake start, not two: each start costs ~10 s where SLURM's client commands have no controller.
-# A lock left by a killed run makes snakemake refuse to start; say the exact command that removes it.
+# A lock left by a killed run makes snakemake refuse to start; say the exact command that removes it, but
+# only when no run is live here (the workflow has then named the live one).
 run: $(STAMP)
 	$(if $(CONFIG),$(BIN)/python -m hybridlens.config $(CONFIG))
 	@echo "$(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS) --report results/report.html --report-after-run"
 	@$(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS) --report results/report.html --report-after-run || { \
 	  status=$$?; \
-	  if ls .snakemake/locks/*.lock >/dev/null 2>&1; then \
+	  if ls .snakemake/locks/*.lock >/dev/null 2>&1 && ! $(BIN)/python -m hybridlens.runlock >/dev/null; then \
 	    echo "hybridlens: a killed run left its lock. If no other snakemake runs in this directory, remove it with:"; \
 	    echo "  $(BIN)/snakemake --unlock --cores 1 $(SNAKEMAKE_ARGS)"; \
 	    echo "then run make run$(if $(CONFIG), CONFIG=$(CONFIG)) again (unfinished outputs are redone)."; \

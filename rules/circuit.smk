@@ -11,6 +11,7 @@ rule circuit:
         readers="results/circuit/{model}/readers.csv",
         transplant="results/circuit/{model}/transplant.csv",
         rows="results/circuit/{model}/items.csv",
+        validation="results/circuit/{model}/validation.json",
     log:
         "logs/circuit/{model}.log",
     benchmark:
@@ -25,17 +26,45 @@ rule circuit:
     params:
         model=model_params,
         settings=canonical(
-            {k: v for k, v in config["circuit"].items() if k != "models"}
+            {
+                k: v
+                for k, v in config["circuit"].items()
+                if k not in {"models", *CIRCUIT_TOLERANCES}
+            }
         ),
         n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/circuit.py"
 
 
+rule validate_circuit:
+    # Judge the circuit's built-in checks. A failure stops what reads the circuit and keeps its tables; a new
+    # tolerance judges again without recomputing them.
+    input:
+        "results/circuit/{model}/validation.json",
+    output:
+        "results/circuit/{model}/validated.json",
+    log:
+        "logs/validate_circuit/{model}.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=500,
+    params:
+        allowed={
+            name: {"key": f"circuit.{key}", "ulps": config["circuit"][key]}
+            for name, (_, _, key) in CIRCUIT_VALIDATIONS.items()
+        },
+    script:
+        "../workflow_scripts/validate.py"
+
+
 rule plot_circuit:
     # Group ablation and transplant redirect rates per model, with intervals.
     input:
         circuit=circuit_tables("circuit.json"),
+        validated=circuit_tables("validated.json"),
         ablation=circuit_tables("ablation.csv"),
         transplant=circuit_tables("transplant.csv"),
     output:

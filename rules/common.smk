@@ -11,9 +11,13 @@ from hybridlens.config import (
     check_config,
     load_config,
 )
+from hybridlens.errors import UserError
+from hybridlens.experiments.circuit import VALIDATIONS as CIRCUIT_VALIDATIONS
 from hybridlens.experiments.zoo import check_from, check_toy, check_trained_format
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
+from hybridlens.runlock import describe as describe_run
+from hybridlens.runlock import hold, holder
 from hybridlens.store import sweep_temporaries
 
 # Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
@@ -40,6 +44,10 @@ wildcard_constraints:
     mode="gdn|fixed|hla",
     seed=r"\d+",
     task="[A-Za-z0-9_]+",
+
+
+# The circuit keys that only judge its validations (rule validate_circuit), so changing them reruns no circuit.
+CIRCUIT_TOLERANCES = {key for _, _, key in CIRCUIT_VALIDATIONS.values()}
 
 
 def canonical(value):
@@ -420,6 +428,7 @@ def stitch_inputs(wildcards):
         model = getattr(wildcards, side)
         out[f"model_{side}"] = model_input(SimpleNamespace(model=model))
         out[f"circuit_{side}"] = f"results/circuit/{model}/circuit.json"
+        out[f"validated_{side}"] = f"results/circuit/{model}/validated.json"
     return out
 
 
@@ -493,7 +502,38 @@ def summary_tables(wildcards=None):
     return {section: path for section, path in tables.items() if path}
 
 
-# After the lock is taken and before the first job: what writers killed in an earlier run left behind.
+def check_live_run():
+    """Name a run that is live in this directory, once, before snakemake's own lock check: its locks look the
+    same whether their run is alive or was killed. Unlocking under a live run is refused outright.
+    """
+    live = holder(".") if workflow.is_main_process else None
+    if live is None:
+        return False
+    if "--unlock" in sys.argv:
+        raise ValueError(
+            f"another run is live in this directory ({describe_run(live)}): its locks are not a killed "
+            "run's; wait for it to finish, or stop it, instead of unlocking"
+        )
+    print(
+        f"hybridlens: another run is live in this directory ({describe_run(live)}); wait for it to finish "
+        "or stop it: a second run here is refused (a dry run, -n, is safe)",
+        file=sys.stderr,
+    )
+    return True
+
+
+LIVE_RUN_NAMED = check_live_run()
+
+
+# After snakemake's locks are taken and before the first job: hold the directory for this run's life (a
+# second run on other targets passes snakemake's per-file locks), then remove what writers killed in an
+# earlier run left behind, which is safe only while no other run writes.
 onstart:
+    try:
+        hold(".")
+    except UserError as err:
+        if not LIVE_RUN_NAMED:
+            print(f"hybridlens: {err}", file=sys.stderr)
+        sys.exit(1)
     for path in sweep_temporaries("results"):
         print(f"hybridlens: removed {path}, left by a killed run", file=sys.stderr)

@@ -41,6 +41,9 @@ _API = {
     "clean_corrupt_pairs": "hybridlens.tasks.retrieval",
     "token_positions": "hybridlens.tasks.retrieval",
     "POSITION_SETS": "hybridlens.tasks.retrieval",
+    # comparing two paths of one computation
+    "assert_paths_close": "hybridlens.validation",
+    "path_ulps": "hybridlens.validation",
     # experiments
     "extract": "hybridlens.experiments.extract",
     "logit_lens": "hybridlens.experiments.extract",

@@ -4,18 +4,20 @@ import pytest
 import torch
 
 from hybridlens.experiments.circuit import (
+    VALIDATIONS,
     control_group,
-    identity_error,
     localize,
     localize_reference,
     summarize,
     transplant,
     triples,
 )
+from hybridlens.interventions import patch
 from hybridlens.interventions.engine import Edit, Runner, mixer_sites
 from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
 from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.validation import assert_paths_close, judge, path_ulps
 
 
 def a_circuit(hm):
@@ -36,16 +38,33 @@ def test_triples(hm):
         assert len(lengths) == 1
 
 
-def test_identity_transplant_leaves_d_unchanged(hm):
+def test_identity_transplants_are_bit_identical_and_the_shortcut_within_path_ulps(hm):
     items = triples(hm, 1, 6, 4, "chat", 2)
-    rows = transplant(hm, items, a_circuit(hm), 2, control_group=None)
-    assert identity_error(rows) <= 1e-4
+    checks = {}
+    rows = transplant(hm, items, a_circuit(hm), 2, control_group=None, checks=checks)
+    assert set(checks) == set(VALIDATIONS)
+    for name in ("identity_query", "identity_state"):
+        assert checks[name].max_abs_diff == 0 and checks[name].n > 0 and judge(checks[name], 0)["passed"]
+    assert checks["shortcut_path"].ulps <= path_ulps(torch.float32) and checks["shortcut_path"].magnitude > 0
+    # The identity rows of the table say the same: D as the intact host's, to the bit.
+    base = {r["item"]: r["d_ab"] for r in rows if r["kind"] == "none"}
+    assert all(r["d_ab"] == base[r["item"]] for r in rows if (r["kind"], r["donor"]) == ("query", "identity"))
     kinds = {(r["kind"], r["donor"], r["positions"]) for r in rows}
     assert ("query", "same_dict", "dict") in kinds and ("state", "other_dict", "final") in kinds
     # A real donor changes the host's output; the dict-position transplant of the same dictionary does not.
-    base = {r["item"]: r["d_ab"] for r in rows if r["kind"] == "none"}
     moved = [abs(r["d_ab"] - base[r["item"]]) for r in rows if (r["kind"], r["donor"]) == ("query", "same_dict")]
     assert max(moved) > 1e-3
+
+
+def test_a_patch_that_writes_other_values_fails_the_identity_check(hm, monkeypatch):
+    """A broken patch (it adds 1e-3 to what it writes) is caught, however small the error."""
+    scatter = patch._scatter
+    monkeypatch.setattr(patch, "_scatter", lambda t, idx, values: scatter(t, idx, values + 1e-3))
+    checks = {}
+    transplant(hm, triples(hm, 1, 4, 4, "chat", 2), a_circuit(hm), 2, control_group=None, checks=checks)
+    verdict = judge(checks["identity_query"], 0)
+    assert not verdict["passed"] and verdict["max_abs_diff"] > 0
+    assert judge(checks["identity_state"], 0)["passed"]  # copying states does not go through the patch
 
 
 def test_final_write_removal_equals_a_patch_with_zeros(hm):
@@ -55,7 +74,7 @@ def test_final_write_removal_equals_a_patch_with_zeros(hm):
     zeros = torch.zeros(len(prompts), 1, hm.d_model)
     logits, _, _ = runner.forward({s: Edit([runner.ids.shape[1] - 1], zeros) for s in sites})
     reference = run(hm, runner.ids, patch={s: ([-1], zeros) for s in sites}).logits[:, -1]
-    torch.testing.assert_close(logits, reference.float(), atol=1e-6, rtol=0)
+    assert_paths_close(logits, reference.float())
 
 
 def test_head_ablation_zeroes_exactly_one_head(hm):

@@ -31,6 +31,7 @@ from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.toy import build_toy_model
 from hybridlens.tasks.retrieval import TOKEN_ROLES, make_prompts, token_roles
 from hybridlens.tasks.vocab import language_forms
+from hybridlens.validation import assert_paths_close
 
 
 def test_alignment_word_level_against_bpe(tokenizer, bpe):
@@ -96,7 +97,7 @@ def test_run_block_equals_the_models_own_layers(hm):
         with TraceDict(modules, {"in": {"retain_input": True}}) as t:
             hm.model(ids)
         got = run_block(hm, first, last, t["in"].input)
-        torch.testing.assert_close(got, t["out"].output, atol=1e-5, rtol=1e-5)
+        assert_paths_close(got, t["out"].output)
         if (first, last) == (0, n - 1):
             whole, stream = got, t["in"].input
     # The given stream is the block's only input: the token ids behind the zero embeddings play no part.
@@ -146,7 +147,7 @@ def test_the_swap_maps_each_position_by_its_role(hm):
     role_ids = torch.tensor([[TOKEN_ROLES.index(r) for r in roles]])
     swapped = _logits(hm, ids, _block_edit(hm, *span, _swap(twin, span, eye, m_out, role_ids)))
     removed = _logits(hm, ids, _block_edit(hm, *span, lambda h, out: torch.where(keys[..., None], h, out)))
-    torch.testing.assert_close(swapped, removed, atol=1e-4, rtol=1e-4)
+    assert_paths_close(swapped, removed)
     assert not torch.allclose(removed, _logits(hm, ids), atol=1e-3)
 
 

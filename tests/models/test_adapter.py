@@ -6,6 +6,7 @@ from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import HybridModel, UnsupportedModel, load_model, parse_site
 from hybridlens.models.toy import build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.validation import assert_paths_close
 
 
 def _ids(hm, n=3, n_pairs=4, seed=0):
@@ -25,16 +26,16 @@ def test_kinds_and_groups(hm):
 @torch.no_grad()
 def test_patch_with_own_activations_is_identity(hm):
     ids = _ids(hm)
-    plain = hm.model(ids).logits
     sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in ("resid_pre", "mixer_out", "layer_out")]
-    captured = run(hm, ids, capture=sites).captured
-    for site in sites:  # one site at a time, all positions, own values
-        patched = run(hm, ids, patch={site: (None, captured[site])}).logits
-        assert (patched - plain).abs().max().item() <= 1e-5, site
+    plain = run(hm, ids, capture=sites)
+    for site in sites:  # one site at a time, all positions, own values: the same computation, bit for bit
+        patched = run(hm, ids, patch={site: (None, plain.captured[site])}).logits
+        assert torch.equal(patched, plain.logits), site
     # all sites at once, at a position subset
     cap = run(hm, ids, capture=sites, positions=[0, 5, -1]).captured
     patched = run(hm, ids, patch={s: ([0, 5, -1], cap[s]) for s in sites}).logits
-    assert (patched - plain).abs().max().item() <= 1e-5
+    assert torch.equal(patched, plain.logits)
+    assert_paths_close(plain.logits, hm.model(ids).logits)  # hooks that only read change nothing
 
 
 @torch.no_grad()
@@ -56,7 +57,7 @@ def test_prefill_then_continue_equals_full_forward(hm, split):
     full = hm.model(ids).logits[:, -1]
     _, cache = prefill(hm, ids[:, :t])
     cont = hm.model(ids[:, t:], past_key_values=cache, use_cache=True).logits[:, -1]
-    assert (cont - full).abs().max().item() <= 1e-4
+    assert_paths_close(cont, full)
 
 
 @torch.no_grad()
@@ -107,7 +108,7 @@ def test_unembed_matches_model_logits(hm):
     with torch.no_grad():
         cap = run(hm, ids, capture=[f"layers.{hm.n_layers - 1}.layer_out"], positions=[-1])
         lens = hm.unembed(cap.captured[f"layers.{hm.n_layers - 1}.layer_out"][:, 0])
-    assert (lens - cap.logits[:, -1]).abs().max().item() <= 1e-5
+    assert_paths_close(lens, cap.logits[:, -1])
 
 
 def test_refuses_model_without_linear_layers(tokenizer):

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -19,6 +20,7 @@ from safetensors.torch import load_file
 from wf import REPO, SNAKEMAKE, snakemake, workdir
 
 from hybridlens.models.realshape import REAL_CONFIGS, build_realshape
+from hybridlens.runlock import holder
 from hybridlens.store import read_store
 
 CONFIG = "tests/config/config.yaml"
@@ -245,18 +247,52 @@ def test_a_store_written_for_something_else_is_refused_in_one_line(run1, tmp_pat
 
 def test_a_script_failure_gives_one_line_and_its_traceback_in_the_log(run1, tmp_path):
     cwd = copy_run(run1, tmp_path)
-    edit_config(cwd, lambda c: c["circuit"].update(identity_tolerance=1e-30, models=["qwen_tiny"]))
-    res = snakemake(cwd, "--forcerun", "circuit", "--", "results/circuit/qwen_tiny/circuit.json")
+    store = "results/activations/qwen_tiny/chat4.h5"
+    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": "dataset:activations/qwen_tiny/:1:raise"}
+    res = snakemake(cwd, "--forcerun", "extract_activations", "--", store, env=env)
     shown = [s for s in (res.stdout + res.stderr).splitlines() if s.startswith("hybridlens: ")]
     assert res.returncode != 0 and len(shown) == 1
+    log = "logs/extract_activations/qwen_tiny/chat4.log"
     assert re.fullmatch(
-        r"hybridlens: circuit \(model=qwen_tiny\) failed: RuntimeError: identity transplant changed D by \S+ > 1e-30 "
-        r"\(torch.float32\): patching is not exact \(traceback in logs/circuit/qwen_tiny.log\)",
+        rf"hybridlens: extract_activations \(model=qwen_tiny, task=chat4\) failed: RuntimeError: injected fault at "
+        rf"\S+ \(traceback in {log}\)",
         shown[0],
     )
-    log = (cwd / "logs/circuit/qwen_tiny.log").read_text()
-    assert "Traceback (most recent call last)" in log and log.rstrip().endswith("patching is not exact")
-    assert not (cwd / "results/circuit/qwen_tiny/circuit.json").exists()
+    text = (cwd / log).read_text()
+    assert "Traceback (most recent call last)" in text and "RuntimeError: injected fault at" in text
+    assert not (cwd / store).exists()
+
+
+def test_a_broken_patch_fails_the_identity_check_in_one_line_and_keeps_the_tables(run1, tmp_path):
+    """Every write-site patch of the circuit job adds 1e-3 to what it writes: the identity transplant is no
+    longer the intact forward, validate_circuit says so in one line, and the circuit's tables stay."""
+    cwd = copy_run(run1, tmp_path)
+    edit_config(cwd, lambda c: c["circuit"].update(models=["qwen_tiny"]))
+    out = cwd / "results/circuit/qwen_tiny"
+    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": "patch:1e-3:0:self"}
+    res = snakemake(cwd, "--forcerun", "circuit", "--", "results/figures/circuit.pdf", env=env)
+    shown = [s for s in (res.stdout + res.stderr).splitlines() if s.startswith("hybridlens: ")]
+    assert res.returncode != 0 and len(shown) == 1, res.stderr[-3000:]
+    assert re.fullmatch(
+        r"hybridlens: validate_circuit \(model=qwen_tiny\): check identity_query failed: 'host with its own "
+        r"Address-block writes patched in at the final position' and 'intact host \(same prefix continuation, "
+        r"eager attention\)' differ by \S+ = \S+ ulps of float32 at magnitude \S+ over \d+ numbers; allowed: "
+        r"bit-identical \(circuit.identity_ulps\); its tables are kept in results/circuit/qwen_tiny",
+        shown[0],
+    )
+    for name in ("circuit.json", "items.csv", "transplant.csv", "ablation.csv", "readers.csv", "validation.json"):
+        assert (out / name).is_file(), name
+    assert not (out / "validated.json").exists()
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    # A new tolerance judges the kept measurements again, without recomputing the circuit: here it lets the
+    # broken patch through, which is what a looser tolerance means.
+    edit_config(cwd, lambda c: c["circuit"].update(identity_ulps=1e12))
+    res = snakemake(cwd, "--", "results/figures/circuit.pdf")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "rule circuit:" not in res.stdout + res.stderr and "rule validate_circuit:" in res.stdout + res.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name in stamps} == stamps
+    verdicts = {v["name"]: v for v in json.loads((out / "validated.json").read_text())}
+    assert verdicts["identity_query"]["ulps"] > 0 and verdicts["identity_query"]["allowed_ulps"] == 1e12
 
 
 def test_every_table_reads_with_pandas(run1):
@@ -305,6 +341,7 @@ def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_pages_that_rea
         "plot_state_swap": 1,
         "split_prefill_samples": 1,
         "circuit": 1,
+        "validate_circuit": 1,
         "plot_circuit": 1,
         "scale": 1,
         "scale_tables": 1,
@@ -313,6 +350,54 @@ def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_pages_that_rea
         "plot_hla_adapt": 1,
         "summary": 1,
     }
+
+
+def test_a_second_run_beside_a_live_one_is_refused_in_one_line_naming_it(run1, tmp_path):
+    """A run paused inside a job holds the directory: a second run on the same targets, one on other targets
+    and make run are each refused in one line naming it, no unlock advice is given, and the first run's
+    half-written store is left alone and completes."""
+    cwd = copy_run(run1, tmp_path)
+    for part in ("Makefile", "pyproject.toml"):  # make run's recipe (mtimes kept: the venv is up to date)
+        shutil.copy2(REPO / part, cwd / part)
+    gate, store = tmp_path / "resume", "results/activations/qwen_tiny/chat4.h5"
+    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": "dataset:activations/qwen_tiny/:1:pause"}
+    first = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "2", "--configfile", CONFIG, "--forcerun", "extract_activations", "--", store],
+        cwd=cwd,
+        env={**env, "HYBRIDLENS_RESUME": str(gate)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((cwd / "results/activations/qwen_tiny").glob(".chat4.h5.tmp-*")):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never reached its pause"
+            time.sleep(0.2)
+        assert holder(cwd)["pid"] == first.pid
+        venv = Path(sys.executable).parent.parent
+        second = {
+            "same targets": snakemake(cwd, "--forcerun", "extract_activations", "--", store),
+            "other targets": snakemake(cwd, "--forcerun", "circuit", "--", "results/circuit/qwen_tiny/circuit.json"),
+            "make run": subprocess.run(
+                ["make", "run", f"CONFIG={CONFIG}", f"VENV={venv}"], cwd=cwd, capture_output=True, text=True
+            ),
+        }
+        for what, res in second.items():
+            out = res.stdout + res.stderr
+            shown = [s for s in out.splitlines() if s.startswith("hybridlens: ")]
+            assert res.returncode != 0 and len(shown) == 1, (what, out[-3000:])
+            assert f"another run is live in this directory (pid {first.pid}, started " in shown[0], (what, shown)
+            assert "removed" not in out and "a killed run left its lock" not in out, (what, out[-3000:])
+        assert list((cwd / "results/activations/qwen_tiny").glob(".chat4.h5.tmp-*"))  # not swept away
+    finally:
+        gate.touch()
+        out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out[-3000:]
+    assert holder(cwd) is None
+    a, _ = read_store(run1 / store)
+    b, _ = read_store(cwd / store)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_killed_writers_leave_nothing_behind_and_the_rerun_equals_an_undisturbed_run(run1, tmp_path):

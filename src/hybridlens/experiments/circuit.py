@@ -9,6 +9,7 @@ localize       group ablation (zero / mean), reader search, Encode and Address b
 localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
 transplant_all the same over batches of one token length, with the control group chosen
+VALIDATIONS    what transplant() checks on every batch: identity transplants, shortcut against full forward
 summarize      rates and means with bootstrap intervals, pooled over seeds
 """
 
@@ -31,6 +32,7 @@ from hybridlens.tasks.retrieval import (
     make_prompt,
     make_prompts,
 )
+from hybridlens.validation import Check
 
 COLLAPSE = 0.5  # "collapses": accuracy or attention falls below this fraction of the intact model's
 
@@ -179,8 +181,13 @@ def _address(hm, run, reader, target_pos, attn):
 
 # --- transplants -----------------------------------------------------------------------------------------------
 @torch.no_grad()
-def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control_group: int | None):
-    """Per-item rows for the query transplant (every position set) and the state transplant, with controls."""
+def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control_group: int | None, checks=None):
+    """Per-item rows for the query transplant (every position set) and the state transplant, with controls.
+
+    `checks` (a dict, filled in place) receives the validations of this batch (VALIDATIONS): each identity
+    transplant (donor = host) against the intact host computed the same way, and the engine's shortcut
+    forward of the intact host against its full forward.
+    """
     hosts = Runner(hm, [t.host for t in items], n_languages)
     donors = Runner(hm, [t.donor for t in items], n_languages)
     others = Runner(hm, [t.other for t in items], n_languages)
@@ -192,6 +199,10 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
     if control_group is not None:
         blocks["control_group"] = control_group
     rows = []
+    checks = {} if checks is None else checks
+    dtype = str(hm.model.dtype).removeprefix("torch.")
+    for name, (a, b, _) in VALIDATIONS.items():
+        checks.setdefault(name, Check(name, a, b, dtype))
 
     def record(kind, block, donor, positions, logits, attn):
         la, lb = hosts.value_logits(logits, a_entry), hosts.value_logits(logits, b_entry)
@@ -220,28 +231,56 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
     final = hosts.ids.shape[1] - 1
     donor_runs = {"same_dict": donors, "other_dict": others, "identity": hosts}
     # One pass per donor serves every block and position set and leaves the prefix every state transplant
-    # continues (it runs to the logits for that); the hosts' pass comes first, so the intact host reuses it.
-    captured = {
-        name: (donor.forward(capture=sites, capture_at=None)[2], donor.prefix(final))
-        for name, donor in reversed(donor_runs.items())
-    }
+    # continues (it runs to the logits for that).
+    writes = {name: donor_runs[name].forward(capture=sites, capture_at=None)[2] for name in ("same_dict", "other_dict")}
+    # The identity donor's writes come from the intact forward itself, so that patching them back runs the
+    # same computation (prefix, continuation, attention implementation) and must give the same bits.
     read = [reader["layer"]]
-    logits, attn, _ = hosts.forward(attention=read)
+    logits, attn, own = hosts.forward(attention=read, capture=sites, capture_at=hosts.positions("final"))
     record("none", "", "", "", logits, attn)
+    checks["shortcut_path"].update(logits, Runner(hm, hosts.prompts, minimal=False).forward(attention=read)[0])
+    state_intact = _state_transplant(hm, hosts.prefix(final), hosts.prefix(final), hosts.ids[:, -1:], ())
     for block, gi in blocks.items():
         for donor_name, donor in donor_runs.items():
-            writes, donor_cache = captured[donor_name]
             for part in POSITION_SETS if donor_name == "same_dict" else ("final",):
                 host_at, donor_at = hosts.positions(part), donor.positions(part)
                 if any(len(h) != len(d) for h, d in zip(host_at, donor_at, strict=True)):
                     continue  # a position set of another length cannot be transplanted one to one
-                donor_idx = donor.index(donor_at)
-                edits = {s: Edit(host_at, gather(writes[s], donor_idx)) for s in mixer_sites(hm.groups[gi])}
-                logits, attn, _ = hosts.forward(edits, attention=read)
-                record("query", block, donor_name, part, logits, attn)
-            logits = _state_transplant(hm, donor_cache, hosts.prefix(final), hosts.ids[:, -1:], hm.groups[gi])
-            record("state", block, donor_name, "final", logits, None)
+                edits = {
+                    s: Edit(host_at, own[s] if donor is hosts else gather(writes[donor_name][s], donor.index(donor_at)))
+                    for s in mixer_sites(hm.groups[gi])
+                }
+                edited, attn, _ = hosts.forward(edits, attention=read)
+                record("query", block, donor_name, part, edited, attn)
+                if donor_name == "identity":
+                    checks["identity_query"].update(edited, logits)
+            edited = _state_transplant(hm, donor.prefix(final), hosts.prefix(final), hosts.ids[:, -1:], hm.groups[gi])
+            record("state", block, donor_name, "final", edited, None)
+            if donor_name == "identity":
+                checks["identity_state"].update(edited, state_intact)
     return rows
+
+
+# The validations transplant() measures: name -> (the computation, its reference, the config key of its
+# tolerance in ulps). The identity transplants run the very computation of their reference (bit-identical);
+# the shortcut differs from the full forward in the order of its sums only.
+VALIDATIONS = {
+    "identity_query": (
+        "host with its own Address-block writes patched in at the final position",
+        "intact host (same prefix continuation, eager attention)",
+        "identity_ulps",
+    ),
+    "identity_state": (
+        "host continued from its prefix with its own block states copied in",
+        "host continued from its prefix",
+        "identity_ulps",
+    ),
+    "shortcut_path": (
+        "intact host, engine shortcut (shared prefix, continuation)",
+        "intact host, full forward from the first token",
+        "path_ulps",
+    ),
+}
 
 
 def _state_transplant(hm, donor_cache, host_cache, final_ids, group):
@@ -273,20 +312,14 @@ SUMMARY_COLUMNS += [f"{m}{s}" for m in ("redirect", "answers_b", "d_ab") for s i
 SUMMARY_COLUMNS += ["redirect_per_seed", "attn_a", "attn_b"]
 
 
-def transplant_all(hm, items: list[Triple], circuit: dict, n_languages: int, batch_size: int = 50):
-    """transplant() over batches whose host and other-dictionary prompts share a token length."""
+def transplant_all(hm, items: list[Triple], circuit: dict, n_languages: int, batch_size: int = 50, checks=None):
+    """transplant() over batches whose host and other-dictionary prompts share a token length; `checks` (a
+    dict, filled in place) receives the validations measured over every batch."""
     control = control_group(hm, circuit["address"]["group"])
     rows = []
     for batch in item_batches(hm, items, lambda t: (t.host, t.donor, t.other), batch_size):
-        rows += transplant(hm, batch, circuit, n_languages, control)
+        rows += transplant(hm, batch, circuit, n_languages, control, checks)
     return rows
-
-
-def identity_error(rows) -> float:
-    """Largest |D(A−B) change| of an identity transplant (donor = host) against no transplant."""
-    base = {(r["seed"], r["item"]): r["d_ab"] for r in rows if r["kind"] == "none"}
-    diffs = [abs(r["d_ab"] - base[(r["seed"], r["item"])]) for r in rows if r["donor"] == "identity"]
-    return max(diffs) if diffs else float("nan")
 
 
 def summarize(rows, n_boot: int = 2000):

@@ -4,11 +4,15 @@ Put this directory on PYTHONPATH and set HYBRIDLENS_FAULT="<point>:<path part>:<
   point   replace: before the n-th os.replace whose destination contains <path part> (a checkpoint's files
           are moved into place one by one); dataset: before the n-th HDF5 dataset created in a file whose
           path contains it (a store being written)
-  whom    self: the process that reaches the point (one job); group: its process group (snakemake and all jobs)
+          patch: every write-site patch writes its values plus <path part> (a number): a broken patch
+  whom    self: SIGKILL the process that reaches the point (one job); group: its process group (snakemake and
+          all jobs); raise: raise a RuntimeError there (a bug in a script); pause: wait there until the file
+          HYBRIDLENS_RESUME names exists (a job that is still running)
 """
 
 import os
 import signal
+import time
 
 _spec = os.environ.get("HYBRIDLENS_FAULT")
 if _spec:
@@ -19,6 +23,12 @@ if _spec:
         if _part in os.fspath(path):
             _count[0] += 1
             if _count[0] == int(_n):
+                if _whom == "raise":
+                    raise RuntimeError(f"injected fault at {os.fspath(path)}")
+                if _whom == "pause":
+                    while not os.path.exists(os.environ["HYBRIDLENS_RESUME"]):
+                        time.sleep(0.1)
+                    return
                 os.killpg(os.getpgid(0), signal.SIGKILL) if _whom == "group" else os.kill(os.getpid(), signal.SIGKILL)
 
     if _point == "replace":
@@ -39,3 +49,8 @@ if _spec:
             return _create(self, name, *args, **kwargs)
 
         h5py.Group.create_dataset = _faulty_create
+    elif _point == "patch":
+        from hybridlens.interventions import patch
+
+        _scatter = patch._scatter
+        patch._scatter = lambda t, idx, values: _scatter(t, idx, values + float(_part))
