@@ -7,13 +7,15 @@ the layer-type pattern, head counts and head dimensions, output gates, rotary se
 shared experts, multipliers — and scales down only depth (by whole periods of the layer pattern), width,
 vocabulary and expert count. It is written as sharded safetensors with an index, `config.json`,
 `generation_config.json` and a byte-level BPE tokenizer that carries the real chat template and its special
-tokens. Random weights exercise every code path except the science.
+tokens: one trained here on the task text, or Qwen's real one (`--tokenizer qwen`, models.real_tokenizer).
+Random weights exercise every code path except the science.
 
 realshape_config   the scaled-down config dict of a published config
 build_tokenizer    a BPE trained here on the task text and some English, with a template's special tokens
 build_realshape    config file -> random-weight checkpoint directory (and the in-memory model)
 
     python -m hybridlens.models.realshape CONFIG OUT_DIR [--layers N] [--hidden H] [--vocab V] [--experts E]
+        [--tokenizer trained|qwen]
 """
 
 import argparse
@@ -234,12 +236,25 @@ def _set_dtype(config: dict, dtype: str):
 
 
 def build_realshape(
-    config_path, out_dir, layers=None, hidden=None, vocab=4096, experts=8, seed=0, dtype=None, shards=3, chunk=32
+    config_path,
+    out_dir,
+    layers=None,
+    hidden=None,
+    vocab=4096,
+    experts=8,
+    seed=0,
+    dtype=None,
+    shards=3,
+    chunk=32,
+    tokenizer="trained",
 ):
     """Write a random-weight checkpoint of `config_path`'s structure to `out_dir`; returns the in-memory model.
 
     dtype: storage dtype (default: the published one, bfloat16 for every preset model). shards: how many
     safetensors files the weights are split into (sharded with an index, as the hub stores large models).
+    tokenizer: "trained", a BPE of `vocab` tokens trained here on the task text, in which every task word is
+    one token; or "qwen", Qwen's real 151,669-token BPE (models.real_tokenizer; Qwen configs only), which
+    splits task words as a real model's tokenizer does, and sets the vocabulary.
     """
     import transformers
     from transformers import AutoConfig, GenerationConfig
@@ -249,13 +264,23 @@ def build_realshape(
     org = publisher(config_path)
     spec = PUBLISHERS[org]
     template = (REAL_CONFIGS / spec["template"]).read_text() if spec["template"] else None
-    tokenizer = build_tokenizer(template, spec["tokens"], vocab)
-    split = [w for w in _task_words() if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) != 1]
-    if split:  # keys and answers must be single tokens, or the experiments run out of words
-        raise ValueError(
-            f"--vocab {vocab}: {len(split)} of the {len(_task_words())} task words (e.g. {split[0]!r}) are several "
-            "tokens in the trained BPE; use --vocab 1024 or more"
-        )
+    if tokenizer == "qwen":
+        if org != "Qwen":
+            raise ValueError(f"--tokenizer qwen: {config_path.name} is not a Qwen model; use the trained tokenizer")
+        from hybridlens.models.real_tokenizer import qwen_tokenizer
+
+        tokenizer = qwen_tokenizer(template)
+        vocab = len(tokenizer)
+    elif tokenizer == "trained":
+        tokenizer = build_tokenizer(template, spec["tokens"], vocab)
+        split = [w for w in _task_words() if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) != 1]
+        if split:  # keys and answers must be single tokens, or the experiments run out of words
+            raise ValueError(
+                f"--vocab {vocab}: {len(split)} of the {len(_task_words())} task words (e.g. {split[0]!r}) are "
+                "several tokens in the trained BPE; use --vocab 1024 or more"
+            )
+    else:
+        raise ValueError(f"--tokenizer {tokenizer!r}: use trained or qwen")
     config = realshape_config(published, layers, hidden, vocab, experts, chunk)
     dtype = dtype or _text(published).get("dtype") or published.get("torch_dtype") or "bfloat16"
     _set_dtype(config, dtype)
@@ -285,10 +310,24 @@ def main(argv=None):
     parser.add_argument("--experts", type=int, default=8, help="routed experts per MoE layer")
     parser.add_argument("--dtype", help="storage dtype (default: the published one)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tokenizer",
+        choices=["trained", "qwen"],
+        default="trained",
+        help="a BPE trained on the task text (--vocab tokens), or Qwen's real one (Qwen configs; sets the vocabulary)",
+    )
     args = parser.parse_args(argv)
     try:
         model, _ = build_realshape(
-            args.config, args.out_dir, args.layers, args.hidden, args.vocab, args.experts, args.seed, args.dtype
+            args.config,
+            args.out_dir,
+            args.layers,
+            args.hidden,
+            args.vocab,
+            args.experts,
+            args.seed,
+            args.dtype,
+            tokenizer=args.tokenizer,
         )
     except (ValueError, OSError) as err:  # a bad size or path: one line, no traceback
         parser.error(str(err))
