@@ -70,6 +70,7 @@ rule plot_circuit:
     output:
         pdf=report("results/figures/circuit.pdf", category="Encode-Address circuit"),
         tsv="results/tables/circuit_transplant.tsv",
+        validations="results/tables/circuit_validations.tsv",
     log:
         "logs/plot_circuit/plot.log",
     benchmark:

@@ -488,6 +488,8 @@ def summary_tables(wildcards=None):
         "zoo": bool(zoo_members()) and "results/tables/zoo_eval.tsv",
         "circuit": selected("circuit", "models", config["models"])
         and "results/tables/circuit_transplant.tsv",
+        "circuit_validations": selected("circuit", "models", config["models"])
+        and "results/tables/circuit_validations.tsv",
         "split_prefill": selected("split_prefill", "models", config["models"])
         and "results/tables/split_prefill_retention.tsv",
         "scale": config["scale"]["models"] and "results/scale/sizes.tsv",

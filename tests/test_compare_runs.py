@@ -83,6 +83,13 @@ def test_a_changed_answer_or_a_float_beyond_the_tolerance_fails(tmp_path, capsys
     assert main([str(a), str(b)]) == 1 and f"FAIL {path}" in capsys.readouterr().out
 
 
+def test_measurements_of_rounding_itself_are_not_compared(tmp_path):
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b")
+    for run, ulps in ((a, 35.0), (b, 30.5)):  # how far two paths of one run differ: rounding, by definition
+        (run / "results/circuit/toy/validated.json").write_text(json.dumps([{"name": "shortcut_path", "ulps": ulps}]))
+    assert "circuit/toy/validated.json" not in _verdicts(a, b)
+
+
 def test_training_inside_the_run_is_judged_before_its_first_step_only(tmp_path):
     a, b = _run(tmp_path / "a"), _run(tmp_path / "b", curve=(2.0, 1.7))
     curve = _verdicts(a, b)["hla/adapt/toy/curve.csv"]

@@ -38,7 +38,7 @@ TRAINED = {"hla/adapt/*/curve.csv": "step == 0", "hla/adapt/*/*.csv": "phase == 
 TRAINED |= {"tables/hla_adapt.tsv": "mode.str.endswith(':before')"}
 SUFFIXES = (".csv", ".tsv", ".csv.gz", ".json", ".h5")
 # Measurements of rounding itself (how far two paths of one run differ), judged within each run by its own rule.
-ROUNDING = ("validation.json", "validated.json")
+ROUNDING = ("validation.json", "validated.json", "circuit_validations.tsv")
 # HDF5 attributes that hash the data or name the run: they differ wherever one float does.
 RUN_ATTRS = ("sha256", "checksum", "created", "machine", "git_commit")
 

@@ -56,6 +56,19 @@ def _circuit(path):
     return "Encode–Address circuit: redirect rate of the final-position query transplant", _table(header, rows)
 
 
+def _validations(path):
+    """Every built-in check of every model: its two computations' difference against the tolerance."""
+    t = _read(path)
+    rows = [
+        [r.model, r.name, f"{r.ulps:.3g}", f"{r.allowed_ulps:.4g}", r.dtype, "passed" if r.passed else "FAILED"]
+        for r in t.itertuples()
+    ]
+    header = ["model", "check", "difference (ulps)", "allowed (ulps)", "dtype", "verdict"]
+    return "Built-in validations: identity transplants and the engine's shortcut (docs/circuit.md)", _table(
+        header, rows
+    )
+
+
 def _split(path):
     """Content and style through each channel, and whether the intact model reads its style cues' KV."""
     t = _read(path)
@@ -150,6 +163,7 @@ def _gates(path):
 SECTIONS = {
     "zoo": _zoo,
     "circuit": _circuit,
+    "circuit_validations": _validations,
     "split_prefill": _split,
     "scale": _scale,
     "stitch": _stitch,

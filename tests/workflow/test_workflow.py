@@ -505,6 +505,7 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         "Models",
         "Toy zoo",
         "Encode–Address circuit",
+        "Built-in validations",
         "Split-prefill",
         "Scale sweep",
         "Stitching",
@@ -534,6 +535,15 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         )
         row = next(line for line in section.splitlines() if line.startswith(f"| {model} |"))
         assert row.split(" | ")[2] == cell, row
+    checks = pd.read_csv(run1 / "results/tables/circuit_validations.tsv", sep="\t")
+    section = page.split("## Built-in validations")[1].split("## ")[0]
+    circuits = {m: json.loads((run1 / f"results/circuit/{m}/circuit.json").read_text()) for m in MODELS + FAMILY_TOYS}
+    transplanted = [m for m, c in circuits.items() if c["address"]["group"] is not None]  # the others check nothing
+    assert sorted(set(checks["model"])) == sorted(transplanted) and len(checks) == 3 * len(transplanted)
+    for r in checks.itertuples():  # the identity transplants exact, the shortcut within its tolerance
+        row = next(line for line in section.splitlines() if line.startswith(f"| {r.model} | {r.name} |"))
+        assert row.strip("| ").split(" | ")[2:] == [f"{r.ulps:.3g}", f"{r.allowed_ulps:.4g}", "float32", "passed"]
+        assert r.ulps == 0 if r.name.startswith("identity") else r.ulps <= r.allowed_ulps
     retention = pd.read_csv(run1 / "results/tables/split_prefill_retention.tsv", sep="\t")
     section = page.split("## Split-prefill")[1].split("## ")[0]
     cues = retention.query("condition == 'cues_kv_neutral'").dropna(subset=["retention_lo", "retention_hi"])
