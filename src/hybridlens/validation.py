@@ -14,7 +14,6 @@ units and thread count; by default they must agree in half the dtype's significa
 path (a position off by one, a state not carried) disagrees in all of them.
 
 Check         one check's measurement: what it compares, the dtype, largest |a - b| and largest |b|
-measure       a Check of two tensors (the running maximum over batches: Check.update)
 spacing       the dtype's unit in the last place at a magnitude
 path_ulps     the default tolerance of two paths in ulps: half the dtype's digits
 assert_paths_close   a test's assertion that two paths agree within path_ulps
@@ -84,10 +83,6 @@ class Check:
     def ulps(self) -> float:
         """The largest difference in units of the dtype's spacing at the compared magnitude."""
         return self.max_abs_diff / spacing(self.dtype, self.magnitude)
-
-
-def measure(name: str, a: torch.Tensor, b: torch.Tensor, a_path: str, b_path: str, dtype) -> Check:
-    return Check(name, a_path, b_path, str(dtype).removeprefix("torch.")).update(a, b)
 
 
 def judge(check: Check, ulps: float | None) -> dict:
