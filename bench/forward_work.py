@@ -27,6 +27,7 @@ from hybridlens.interventions.engine import Runner
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import HybridModel, load_model, parse_site
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.items import turns
 from hybridlens.tasks.prompt_sets import item_batches
 
 
@@ -79,7 +80,7 @@ def timed(fn):
 
 def floor_pair(hm, batch, sites):
     """Seconds of one hand-written transplant on a batch: donor forward with a capture, host forward with a patch."""
-    donor, host = hm.encode([t.donor.text for t in batch])[0], hm.encode([t.host.text for t in batch])[0]
+    donor, host = hm.encode([turns(t.donor) for t in batch])[0], hm.encode([turns(t.host) for t in batch])[0]
 
     def pair():
         with torch.no_grad():
@@ -95,15 +96,15 @@ def measure(name, hm, args, localization=True):
     # One batch of one token length, so that every forward is a full batch.
     items = max(item_batches(hm, items, lambda t: (t.host, t.donor, t.other), len(items)), key=len)
     count = Count(hm)
-    found, _, reader_rows = circuit.localize(hm, [t.host for t in items], 2)
+    found, _, reader_rows = circuit.localize(hm, [t.host for t in items])
     main = found["reader"]
     readers = scale.readers(reader_rows, main, 0.0)
     sets = scale.group_sets(hm.groups, max(hm.attention_layers()))
     control = circuit.control_group(hm, found["address"]["group"])
     experiments = {
-        "circuit localization": lambda: circuit.localize(hm, [t.host for t in items], 2),
-        "circuit transplants": lambda: circuit.transplant(hm, items, found, 2, control),
-        "scale sweep": lambda: scale.sweep(hm, items, readers, main, 2, len(items)),
+        "circuit localization": lambda: circuit.localize(hm, [t.host for t in items]),
+        "circuit transplants": lambda: circuit.transplant(hm, items, found, control),
+        "scale sweep": lambda: scale.sweep(hm, items, readers, main, len(items)),
     }
     if not localization:
         del experiments["circuit localization"]
@@ -113,7 +114,7 @@ def measure(name, hm, args, localization=True):
     floors = {"circuit transplants": blocks * (len(circuit.POSITION_SETS) + 2 + 3), "scale sweep": len(sets)}
     pair = floor_pair(hm, items, circuit.mixer_sites(hm.groups[found["address"]["group"] or 0]))
     params = sum(p.numel() for p in hm.model.parameters()) / 1e6
-    length = hm.encode([items[0].host.text])[0].shape[1]
+    length = hm.encode([turns(items[0].host)])[0].shape[1]
     print(f"\n{name}: {params:.0f} M parameters, {hm.n_layers} layers, {len(items)} items of {length} tokens")
     columns = ["token-layers before", "after", "minimum", "after/min", "s before", "s after", "after/before"]
     columns += ["floor s", "floor/after"]

@@ -132,7 +132,7 @@ def circuit_on_9b(device, layers, prompts):
     circuit, _, _ = localize_reference(hm, settings, 2)
     rows = []
     if circuit["address"]["group"] is not None:
-        rows = transplant_all(hm, triples(hm, 1, prompts, 8, "chat", 2), circuit, 2, 32)
+        rows = transplant_all(hm, triples(hm, 1, prompts, 8, "chat", 2), circuit, 32)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     rate = tokens[0] / seconds

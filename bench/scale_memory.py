@@ -22,7 +22,7 @@ import yaml
 from hybridlens.experiments import scale
 from hybridlens.experiments.circuit import triples
 from hybridlens.experiments.extract import extract
-from hybridlens.interventions.engine import Runner
+from hybridlens.interventions.on_items import runner
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.realshape import (
     ATTENTION_TYPES,
@@ -32,6 +32,7 @@ from hybridlens.models.realshape import (
     layer_pattern,
     publisher,
 )
+from hybridlens.tasks.items import turns
 
 ROOT = Path(__file__).resolve().parents[1]
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -130,7 +131,7 @@ def measure(name, args):
     built_s, weights_mb = time.perf_counter() - t, rss_mb() - base
     items = triples(hm, 1, args.prompts, args.pairs, "chat", 2)
     prompts = [x.host for x in items]
-    tokens = max(len(ids) for ids in hm.tokenize([p.text for p in prompts])[0])
+    tokens = max(len(ids) for ids in hm.tokenize([turns(p) for p in prompts])[0])
     sites = [f"layers.{i}.{s}" for i in range(hm.n_layers) for s in ("resid_pre", "mixer_out", "layer_out")]
     after = rss_mb()
     reset_peak()
@@ -139,9 +140,9 @@ def measure(name, args):
     extract_s, extract_mb = (time.perf_counter() - t) / len(prompts), rss_mb("VmHWM") - after
     same = {}
     for x in items:
-        same.setdefault(len(hm.encode([x.host.text])[0][0]), []).append(x)
+        same.setdefault(len(hm.encode([turns(x.host)])[0][0]), []).append(x)
     batch = max(same.values(), key=len)
-    hosts, donors = Runner(hm, [x.host for x in batch], 2), Runner(hm, [x.donor for x in batch], 2)
+    hosts, donors = runner(hm, [x.host for x in batch])[0], runner(hm, [x.donor for x in batch])[0]
     sets = scale.group_sets(hm.groups, max(hm.attention_layers()))[: args.sets]  # the time per set is the number
     reset_peak()
     t = time.perf_counter()

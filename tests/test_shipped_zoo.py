@@ -69,7 +69,7 @@ for name, directory, family in json.loads(sys.argv[1]):
     circuit = localize_reference(hm, settings, 2)[0]
     found = {}
     if circuit["address"]["group"] is not None:
-        transplant_all(hm, triples(hm, 1, 12, 8, "chat", 2), circuit, 2, batch_size=12, checks=found)
+        transplant_all(hm, triples(hm, 1, 12, 8, "chat", 2), circuit, batch_size=12, checks=found)
     checks[name] = {k: (c.max_abs_diff, c.ulps, c.n) for k, c in found.items()}
 print(json.dumps(checks))
 """

@@ -30,7 +30,7 @@ with script_log(snakemake) as log:
     if circuit["address"]["group"] is not None:
         for seed in s["seeds"]:
             items = triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)
-            rows += transplant_all(hm, items, circuit, n_languages, s["batch_size"], checks)
+            rows += transplant_all(hm, items, circuit, s["batch_size"], checks)
     pd.DataFrame(ablation).to_csv(snakemake.output.ablation, index=False)
     pd.DataFrame(readers).to_csv(snakemake.output.readers, index=False)
     why = f"no Address group: no linear group precedes the reader (layer {circuit['reader']['layer']})"

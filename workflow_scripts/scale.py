@@ -19,7 +19,7 @@ with script_log(snakemake) as log:
     readers = scale.readers(reader_rows, main, s["reader_min"])
     log.info("groups %s, readers %s", hm.groups, readers)
     items = [t for seed in s["seeds"] for t in triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)]
-    profile, transplant, blocking = scale.sweep(hm, items, readers, main, n_languages, s["batch_size"])
+    profile, transplant, blocking = scale.sweep(hm, items, readers, main, s["batch_size"])
     transplant_summary = scale.summarize_transplant(transplant)
     summary = {
         "parameters": sum(p.numel() for p in hm.model.parameters()),

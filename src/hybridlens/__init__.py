@@ -25,7 +25,9 @@ _API = {
     "run": "hybridlens.interventions.patch",
     "Runner": "hybridlens.interventions.engine",
     "Edit": "hybridlens.interventions.engine",
-    "transplant": "hybridlens.interventions.engine",
+    "transplant": "hybridlens.interventions.on_items",
+    "runner": "hybridlens.interventions.on_items",
+    "transplant_ids": "hybridlens.interventions.engine",
     # cache surgery
     "prefill": "hybridlens.interventions.cache",
     "greedy": "hybridlens.interventions.cache",
@@ -33,14 +35,19 @@ _API = {
     "splice": "hybridlens.interventions.cache",
     "cut_at": "hybridlens.interventions.cache",
     "CONDITIONS": "hybridlens.interventions.cache",
-    # prompt tasks
+    # tasks and their items
+    "Item": "hybridlens.tasks.items",
+    "Batch": "hybridlens.interventions.on_items",
+    "encode": "hybridlens.interventions.on_items",
+    "Turns": "hybridlens.tasks.items",
+    "turns": "hybridlens.tasks.items",
+    "token_positions": "hybridlens.tasks.items",
+    "POSITION_SETS": "hybridlens.tasks.items",
     "Prompt": "hybridlens.tasks.retrieval",
     "make_prompt": "hybridlens.tasks.retrieval",
     "make_prompts": "hybridlens.tasks.retrieval",
     "donor_host_pairs": "hybridlens.tasks.retrieval",
     "clean_corrupt_pairs": "hybridlens.tasks.retrieval",
-    "token_positions": "hybridlens.tasks.retrieval",
-    "POSITION_SETS": "hybridlens.tasks.retrieval",
     # comparing two paths of one computation
     "assert_paths_close": "hybridlens.validation",
     "path_ulps": "hybridlens.validation",

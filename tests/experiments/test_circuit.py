@@ -12,8 +12,8 @@ from hybridlens.experiments.circuit import (
     transplant,
     triples,
 )
-from hybridlens.interventions import patch
-from hybridlens.interventions.engine import Edit, Runner, mixer_sites
+from hybridlens.interventions import on_items, patch
+from hybridlens.interventions.engine import Edit, mixer_sites
 from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
 from hybridlens.tasks.retrieval import make_prompts
@@ -41,7 +41,7 @@ def test_triples(hm):
 def test_identity_transplants_are_bit_identical_and_the_shortcut_within_path_ulps(hm):
     items = triples(hm, 1, 6, 4, "chat", 2)
     checks = {}
-    rows = transplant(hm, items, a_circuit(hm), 2, control_group=None, checks=checks)
+    rows = transplant(hm, items, a_circuit(hm), control_group=None, checks=checks)
     assert set(checks) == set(VALIDATIONS)
     for name in ("identity_query", "identity_state"):
         assert checks[name].max_abs_diff == 0 and checks[name].n > 0 and judge(checks[name], 0)["passed"]
@@ -61,7 +61,7 @@ def test_a_patch_that_writes_other_values_fails_the_identity_check(hm, monkeypat
     scatter = patch._scatter
     monkeypatch.setattr(patch, "_scatter", lambda t, idx, values: scatter(t, idx, values + 1e-3))
     checks = {}
-    transplant(hm, triples(hm, 1, 4, 4, "chat", 2), a_circuit(hm), 2, control_group=None, checks=checks)
+    transplant(hm, triples(hm, 1, 4, 4, "chat", 2), a_circuit(hm), control_group=None, checks=checks)
     verdict = judge(checks["identity_query"], 0)
     assert not verdict["passed"] and verdict["max_abs_diff"] > 0
     assert judge(checks["identity_state"], 0)["passed"]  # copying states does not go through the patch
@@ -69,7 +69,7 @@ def test_a_patch_that_writes_other_values_fails_the_identity_check(hm, monkeypat
 
 def test_final_write_removal_equals_a_patch_with_zeros(hm):
     prompts = make_prompts(3, 4, 4, "chat", 2)
-    runner = Runner(hm, prompts, 2)
+    runner, _ = on_items.runner(hm, prompts)
     sites = mixer_sites(hm.groups[0])
     zeros = torch.zeros(len(prompts), 1, hm.d_model)
     logits, _, _ = runner.forward({s: Edit([runner.ids.shape[1] - 1], zeros) for s in sites})
@@ -79,7 +79,7 @@ def test_final_write_removal_equals_a_patch_with_zeros(hm):
 
 def test_head_ablation_zeroes_exactly_one_head(hm):
     prompts = make_prompts(3, 2, 4, "chat", 2)
-    runner = Runner(hm, prompts, 2)
+    runner, _ = on_items.runner(hm, prompts)
     layer = hm.attention_layers()[0]
     proj, n_heads, dim = hm.head_mixer(layer)
     # The trace is registered first: it sees the heads before the ablation and the projection after it.
@@ -92,7 +92,7 @@ def test_head_ablation_zeroes_exactly_one_head(hm):
 
 
 def test_final_attention_rows_are_distributions(hm):
-    runner = Runner(hm, make_prompts(3, 3, 4, "chat", 2), 2)
+    runner, _ = on_items.runner(hm, make_prompts(3, 3, 4, "chat", 2))
     _, attn, _ = runner.forward(attention=hm.attention_layers())
     assert set(attn) == set(hm.attention_layers())
     for a in attn.values():
@@ -101,7 +101,7 @@ def test_final_attention_rows_are_distributions(hm):
 
 def test_localize_reports_evidence_for_every_choice(hm):
     prompts = make_prompts(0, 8, 4, "chat", 2)
-    circuit, ablation, readers = localize(hm, prompts, 2)
+    circuit, ablation, readers = localize(hm, prompts)
     assert len(ablation) == 2 * len(hm.groups)
     _, n_heads, _ = hm.head_mixer(hm.attention_layers()[0])
     assert len(readers) == n_heads * len(hm.attention_layers())
@@ -122,8 +122,8 @@ def test_a_config_sections_reader_key_holds_the_reference_search_to_the_last_lay
 
 def test_the_reader_search_can_be_held_to_the_last_attention_layer(hm):
     prompts = make_prompts(0, 8, 4, "chat", 2)
-    _, _, readers = localize(hm, prompts, 2)
-    circuit, _, same = localize(hm, prompts, 2, search="last")
+    _, _, readers = localize(hm, prompts)
+    circuit, _, same = localize(hm, prompts, search="last")
     assert same == readers  # the ranking is reported whole; only the choice changes
     best = next(r for r in readers if r["layer"] == hm.attention_layers()[-1])
     assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (best["layer"], best["head"])
@@ -131,7 +131,7 @@ def test_the_reader_search_can_be_held_to_the_last_attention_layer(hm):
         g for g, group in enumerate(hm.groups) if max(group) < best["layer"]
     ]
     with pytest.raises(ValueError, match="unknown reader search 'first'; use 'any' or 'last'"):
-        localize(hm, prompts, 2, search="first")
+        localize(hm, prompts, search="first")
 
 
 def test_control_group_has_the_address_size():

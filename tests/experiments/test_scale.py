@@ -5,7 +5,8 @@ import torch
 
 from hybridlens.experiments import scale
 from hybridlens.experiments.circuit import triples
-from hybridlens.interventions.engine import Edit, Runner, attention_to
+from hybridlens.interventions import on_items
+from hybridlens.interventions.engine import Edit, attention_to
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.validation import assert_paths_close
 
@@ -69,7 +70,7 @@ def test_verdict(rows, verdict, needed, best):
 
 def test_transplant_from_the_host_itself_changes_nothing(hm):
     items = triples(hm, 1, 6, 4, "chat", 2)
-    hosts = Runner(hm, [t.host for t in items], 2)
+    hosts, _ = on_items.runner(hm, [t.host for t in items])
     readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
     sets = scale.group_sets(hm.groups, max(hm.attention_layers()))
     attention = scale.attention_sets(hm.kinds)
@@ -86,8 +87,8 @@ def test_transplant_from_the_host_itself_changes_nothing(hm):
 
 def test_transplant_from_the_donor_moves_d(hm):
     items = triples(hm, 1, 6, 4, "chat", 2)
-    hosts = Runner(hm, [t.host for t in items], 2)
-    donors = Runner(hm, [t.donor for t in items], 2)
+    hosts, _ = on_items.runner(hm, [t.host for t in items])
+    donors, _ = on_items.runner(hm, [t.donor for t in items])
     readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
     attention = scale.attention_sets(hm.kinds)
     rows = scale.transplant_rows(hm, hosts, donors, items, [tuple(range(len(hm.groups)))], readers, None, attention)
@@ -102,7 +103,7 @@ def test_transplant_from_the_donor_moves_d(hm):
 def test_blocking_at_the_final_position_only(hm):
     """The last attention layer's final-position output is all the logits see of it, so blocking a head there
     equals blocking it everywhere; in an earlier attention layer the two differ (later layers read it)."""
-    runner = Runner(hm, make_prompts(3, 4, 4, "chat", 2), 2)
+    runner, _ = on_items.runner(hm, make_prompts(3, 4, 4, "chat", 2))
     layers = hm.attention_layers()
     last = layers[-1]
     everywhere, _, _ = runner.forward(heads_off={last: [0]})
@@ -121,7 +122,7 @@ def test_blocking_rows_pair_every_earlier_reader_with_every_later_one(hm):
     if len(layers) < 2:
         pytest.skip("one attention layer: no chain")
     items = triples(hm, 2, 4, 4, "chat", 2)
-    hosts = Runner(hm, [t.host for t in items], 2)
+    hosts, _ = on_items.runner(hm, [t.host for t in items])
     readers = [{"layer": layer, "head": 0} for layer in layers]
     rows = scale.blocking_rows(hm, hosts, items, readers)
     pairs = {(r["blocked"], r["reader"]) for r in rows}
@@ -143,7 +144,7 @@ def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
         pytest.skip("needs an attention-only layer before another reader")
     early, late = layers[0], layers[1]
     items = triples(hm, 2, 4, 4, "chat", 2)
-    hosts = Runner(hm, [t.host for t in items], 2)
+    hosts, host_tokens = on_items.runner(hm, [t.host for t in items])
     readers = [{"layer": early, "head": 0}, {"layer": late, "head": 0}]
     rows = scale.blocking_rows(hm, hosts, items, readers)
     whole = torch.tensor([r["attention_blocked"] for r in rows if r["blocked"] == f"r{early}.*"])
@@ -151,11 +152,11 @@ def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
     edit = {f"layers.{early}.mixer_out": Edit([-1], torch.zeros_like)}
     logits, attn, _ = hosts.forward(edit, attention=[late])
     entries = [t.host.query for t in items]
-    zeroed = attention_to(attn[late], hosts.entry_positions(entries))[:, 0]
+    zeroed = attention_to(attn[late], host_tokens.entry_positions(entries))[:, 0]
     torch.testing.assert_close(whole, zeroed, atol=0, rtol=0)
     assert (one - zeroed).abs().max() > 1e-6  # random weights: the final write barely moves a later query
     # Accuracy is the answer's: the value of the queried entry on top, intact and blocked.
-    target = hosts.value_ids[torch.arange(len(items)), entries]
+    target = hosts.choices[torch.arange(len(items)), entries]
     accuracy = [r["accuracy_blocked"] for r in rows if r["blocked"] == f"r{early}.*"]
     assert accuracy == (logits.argmax(-1) == target).int().tolist()
     assert [r["accuracy_intact"] for r in rows if r["blocked"] == f"r{early}.*"] == (

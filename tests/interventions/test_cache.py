@@ -7,7 +7,8 @@ import torch
 
 from hybridlens.interventions.cache import CONDITIONS, channel_sites, cut, cut_at, greedy, prefill, splice
 from hybridlens.interventions.hooks import Trace
-from hybridlens.tasks.retrieval import make_prompts, token_positions
+from hybridlens.tasks.items import token_positions
+from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.validation import assert_paths_close
 
 N_NEW = 3

@@ -3,19 +3,21 @@
 import pytest
 import torch
 
-from hybridlens.interventions.engine import Edit, Runner, mixer_sites, transplant
+from hybridlens.interventions.engine import Edit, Runner, mixer_sites
 from hybridlens.interventions.hooks import Trace
+from hybridlens.interventions.on_items import encode, transplant
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import WRITE_SITES, HybridModel
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks.items import turns
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import fused_word, language_forms
 from hybridlens.validation import assert_paths_close
 
 
 def _runners(hm, seed=3, n=4):
-    prompts = make_prompts(seed, n, 4, "chat", 2)
-    return Runner(hm, prompts, 2), Runner(hm, prompts, 2, minimal=False)
+    batch = encode(hm, make_prompts(seed, n, 4, "chat", 2))
+    return Runner(hm, batch.ids, batch.choices), Runner(hm, batch.ids, minimal=False)
 
 
 def _close(a, b):
@@ -26,7 +28,7 @@ def _close(a, b):
 @pytest.mark.parametrize("part", ["final", "question"])
 def test_a_shared_prefix_forward_equals_the_full_forward_at_every_site(hm, part):
     fast, full = _runners(hm)
-    at = fast.positions(part)
+    at = encode(hm, make_prompts(3, 4, 4, "chat", 2), choices=False).positions(part)
     assert fast.first_position({"x": Edit(at, None)}, None, ()) == min(min(p) for p in at) > 0
     generator = torch.Generator().manual_seed(0)
     layers = hm.attention_layers()
@@ -65,7 +67,7 @@ def test_an_edit_at_the_first_position_runs_the_whole_prompt(hm):
     assert fast.first_position({site: Edit([0], None)}, None, ()) == 0
     assert fast.first_position({site: Edit(None, None)}, None, ()) == 0
     assert fast.first_position({}, {hm.attention_layers()[0]: [0]}, ()) == 0
-    zero = torch.zeros(len(fast.prompts), 1, hm.d_model)
+    zero = torch.zeros(len(fast.ids), 1, hm.d_model)
     _close(fast.forward({site: Edit([0], zero)})[0], full.forward({site: Edit([0], zero)})[0])
 
 
@@ -87,7 +89,7 @@ def test_an_unedited_full_pass_leaves_the_prefix_and_captures_every_position(hm)
     want = full.forward(capture=sites, capture_at=None, attention=hm.attention_layers())
     _close(got[0], want[0])
     for site in sites:
-        assert got[2][site].shape == (len(fast.prompts), fast.ids.shape[1], hm.d_model)
+        assert got[2][site].shape == (len(fast.ids), fast.ids.shape[1], hm.d_model)
         _close(got[2][site], want[2][site])
     for layer in hm.attention_layers():
         _close(got[1][layer], want[1][layer])
@@ -135,7 +137,7 @@ def test_transplant_from_the_host_itself_is_the_intact_model(hm):
     sites = mixer_sites(hm.groups[0])
     for part in ("final", "question"):
         same = transplant(hm, prompts, prompts, sites, positions=part)
-        _close(same, run(hm, hm.encode([p.text for p in prompts])[0], logits_to_keep=1).logits[:, -1].float())
+        _close(same, run(hm, hm.encode([turns(p) for p in prompts])[0], logits_to_keep=1).logits[:, -1].float())
 
 
 def test_a_batch_keeps_its_final_prefix_and_the_latest_other_one(hm):
@@ -145,7 +147,7 @@ def test_a_batch_keeps_its_final_prefix_and_the_latest_other_one(hm):
         fast.prefix(t)
     assert sorted(fast._prefixes) == [3, final]
     site = mixer_sites(hm.groups[0])[0]
-    edit = {site: Edit([2], torch.zeros(len(fast.prompts), 1, hm.d_model))}
+    edit = {site: Edit([2], torch.zeros(len(fast.ids), 1, hm.d_model))}
     _close(fast.forward(edit)[0], full.forward(edit)[0])  # an evicted prefix is computed again
     assert sorted(fast._prefixes) == [2, final]
 
@@ -162,9 +164,9 @@ def test_edits_and_read_outs_that_cannot_run_are_refused_in_one_line(hm):
 def test_an_entry_holds_its_key_and_value_and_in_hop_its_link_in_both_tables(hm):
     """The reader's target: one lookup's two tokens, or both lookups' four in a two-hop prompt."""
     for fmt, n_tokens in (("chat", 2), ("hop", 4)):
-        run = Runner(hm, make_prompts(5, 3, 4, fmt, 2), 2)
-        entry = [p.query for p in run.prompts]
-        for p, pos, ids in zip(run.prompts, run.entry_positions(entry), run.ids, strict=True):
+        run = encode(hm, make_prompts(5, 3, 4, fmt, 2))
+        entry = [p.query for p in run.items]
+        for p, pos, ids in zip(run.items, run.entry_positions(entry), run.ids, strict=True):
             key, concept = p.pairs[p.query]
             words = hm.tokenizer.convert_ids_to_tokens(ids[pos].tolist())
             assert len(pos) == n_tokens and words[0] == key and words[-1] == p.answer
@@ -174,10 +176,10 @@ def test_an_entry_holds_its_key_and_value_and_in_hop_its_link_in_both_tables(hm)
 
 def test_a_translated_answer_is_scored_in_the_context_language_not_the_dictionary_s(hm):
     """In translate formats the reader's target is a language-0 word, while the answer is in the context's."""
-    run = Runner(hm, make_prompts(5, 8, 4, "translate_late", 2), 2)
-    assert {p.language for p in run.prompts} == {0, 1}
-    entry = [p.query for p in run.prompts]
-    for p, pos, ids, values in zip(run.prompts, run.entry_positions(entry), run.ids, run.value_ids, strict=True):
+    run = encode(hm, make_prompts(5, 8, 4, "translate_late", 2))
+    assert {p.language for p in run.items} == {0, 1}
+    entry = [p.query for p in run.items]
+    for p, pos, ids, values in zip(run.items, run.entry_positions(entry), run.ids, run.choices, strict=True):
         in_context = hm.tokenizer.convert_ids_to_tokens(ids[pos[-1]].item())
         assert hm.tokenizer.convert_ids_to_tokens(values[p.query].item()) == p.answer
         assert in_context == language_forms(2)[0][p.pairs[p.query][1]]
@@ -187,8 +189,8 @@ def test_a_translated_answer_is_scored_in_the_context_language_not_the_dictionar
 def test_a_fused_answer_is_scored_as_its_word_in_the_context_language_and_persona():
     tok = build_tokenizer(2, fused=True)
     hm = HybridModel(build_toy_model("granitemoehybrid", len(tok), 24, "LA", heads=2).eval(), tok)
-    run = Runner(hm, make_prompts(5, 8, 4, "translate_fused", 2), 2)
-    for p, values in zip(run.prompts, run.value_ids, strict=True):
+    run = encode(hm, make_prompts(5, 8, 4, "translate_fused", 2))
+    for p, values in zip(run.items, run.choices, strict=True):
         words = hm.tokenizer.convert_ids_to_tokens(values.tolist())
         assert words == [fused_word(language_forms(2)[p.language][v], p.persona) for _, v in p.pairs]
         assert words[p.query] == p.answer

@@ -8,10 +8,13 @@ import pytest
 import torch
 
 from hybridlens.interventions.cache import CONDITIONS, channel_sites, greedy, prefill
+from hybridlens.interventions.on_items import encode
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import UnsupportedModel, load_model
 from hybridlens.models.realshape import REAL_CONFIGS, build_realshape, layer_pattern, realshape_config
-from hybridlens.tasks.retrieval import make_prompts, token_positions
+from hybridlens.tasks.items import token_positions, turns
+from hybridlens.tasks.prompt_sets import prompt_set
+from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import KEYS, VALUES
 from hybridlens.validation import assert_paths_close
 
@@ -59,14 +62,14 @@ def test_checkpoint_loads_to_the_in_memory_model_with_the_config_layer_pattern(b
     shards = set(index.values())
     assert len(shards) >= 2 and all((path / s).is_file() for s in shards)
     hm = load_model(path)
-    ids, _ = hm.encode([p.text for p in make_prompts(0, 2, 4, "chat", 2)])
+    ids, _ = hm.encode([turns(p) for p in make_prompts(0, 2, 4, "chat", 2)])
     assert (hm.model(ids).logits - model(input_ids=ids).logits).abs().max().item() <= 1e-5
     pattern = layer_pattern(saved.get("text_config", saved))
     assert hm.kinds == [KIND.get(t, "parallel") for t in pattern]
     linear = [i for i, k in enumerate(hm.kinds) if k == "linear"]
     runs = [r for r in hm.groups if r[0] in linear]
     assert sum(runs, []) == linear and all(b - a == 1 for r in runs for a, b in zip(r, r[1:], strict=False))
-    assert hm.frame[1].endswith("Answer:") and hm.single_token_words(KEYS + VALUES) == KEYS + VALUES
+    assert hm.has_chat_template and hm.single_token_words(KEYS + VALUES) == KEYS + VALUES
 
 
 def test_structure_is_kept_while_width_depth_vocabulary_and_experts_shrink():
@@ -105,22 +108,25 @@ def test_qwen_checkpoint_keeps_the_wrapper_weight_names_experts_and_the_real_tem
     assert (path / "chat_template.jinja").read_text() == (REAL_CONFIGS / "Qwen3.5.chat_template.jinja").read_text()
 
 
-def test_real_qwen_template_frames_the_answer_and_spans_point_into_the_prompt(built):
+def test_real_qwen_template_frames_the_papers_prompt_and_spans_point_into_the_turns(built):
     hm = load_model(built("Qwen__Qwen3.5-0.8B")[0])
-    prefix, suffix = hm.frame
-    assert prefix == "<|im_start|>user\n"
-    assert suffix == "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:"  # the thinking block
-    p = make_prompts(3, 1, 8, "chat", 2)[0]
-    ids, offsets = hm.encode([p.text])
-    # The answer is the token after the prefilled "Answer:": the framed ids are a prefix of the answered text.
-    answered = hm.tokenizer(prefix + p.text + suffix + " " + p.answer, add_special_tokens=False)["input_ids"]
-    assert answered == ids[0].tolist() + [hm.token_id(p.answer)]
-    assert hm.tokenizer.decode(ids[0]).endswith("<think>\n\n</think>\n\nAnswer:")
+    (p,), counts = prompt_set(hm, {"format": "chat", "n_pairs": 8, "n": 1, "seed": 3}, 2)
+    assert p.framing == "paper" and counts["languages"] == 1
+    text, _ = hm.render(turns(p))
+    assert text == (
+        f"<|im_start|>user\n{p.text}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n{p.prefill}"
+    )  # the thinking block closed, the assistant turn prefilled up to the answer
+    batch = encode(hm, [p])
+    ids, offsets = batch.ids, batch.offsets
+    # The answer is the token after "**": the framed ids are a prefix of the answered text.
+    answered = hm.tokenizer(text + p.answer, add_special_tokens=False)["input_ids"]
+    assert answered == ids[0].tolist() + [batch.choices[0, p.query].item()]
+    assert hm.tokenizer.decode(ids[0]) == text
     for i, (key, _) in enumerate(p.pairs):
         (k_pos,) = token_positions(p, offsets[0], f"key{i}")
         assert hm.tokenizer.decode(ids[0, k_pos]).strip() == key == p.text[slice(*p.spans[f"key{i}"])]
         (v_pos,) = token_positions(p, offsets[0], f"value{i}")
-        assert hm.tokenizer.decode(ids[0, v_pos]).strip() == p.text[slice(*p.spans[f"value{i}"])]
+        assert hm.tokenizer.decode(ids[0, v_pos]).strip("= ") == p.text[slice(*p.spans[f"value{i}"])]
     special = set(hm.tokenizer.all_special_ids)
     spans = {i for name in p.spans for i in token_positions(p, offsets[0], name)}
     assert not spans & {i for i, t in enumerate(ids[0].tolist()) if t in special}

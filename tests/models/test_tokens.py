@@ -2,10 +2,11 @@
 
 import pytest
 
-from hybridlens.models.adapter import HybridModel
+from hybridlens.models.adapter import HybridModel, Turns
 from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks.items import token_positions
 from hybridlens.tasks.prompt_sets import prompt_set
-from hybridlens.tasks.retrieval import make_prompts, token_positions
+from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import KEYS, VALUES
 
 
@@ -51,28 +52,35 @@ TEMPLATE = (
 )
 
 
-def test_chat_template_frames_prompts_and_spans_still_find_their_tokens(bpe, tokenizer):
+def test_chat_template_renders_the_turns_and_spans_still_find_their_tokens(bpe, tokenizer):
     import copy
 
     chat = copy.deepcopy(bpe)
     chat.chat_template = TEMPLATE
     hm = HybridModel(build_toy_model("qwen3_5", len(chat), 32, "LLA", heads=2), chat)
-    prefix, suffix = hm.frame
-    assert prefix == "<|im_start|>user\n" and suffix == "<|im_end|>\n<|im_start|>assistant\nAnswer:"
-    (p,), _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 1, "seed": 1}, 1)  # single-token words
-    ids, offsets = hm.encode([p.text])
-    assert offsets[0][0][0] == -len(prefix) and offsets[0][-1][1] == len(p.text) + len(suffix)
+    (p,), _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 1, "seed": 1, "framing": "toy"}, 1)
+    system = Turns(p.text, system="Be brief.", prefill="Answer:")
+    text, pieces = hm.render(system)
+    head = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+    assert text == head + p.text + "<|im_end|>\n<|im_start|>assistant\nAnswer:"
+    # Each turn's characters map to their place in the joined turns, "Be brief.\n<text>\nAnswer:".
+    assert [(text[a : a + n], system.joined[j : j + n]) for a, j, n in pieces] == [
+        ("Be brief.", "Be brief."),
+        (p.text, p.text),
+        ("Answer:", "Answer:"),
+    ]
+    ids, offsets = hm.encode([Turns(p.text)])
     for i, (key, value) in enumerate(p.pairs):
         (v_pos,) = token_positions(p, offsets[0], f"value{i}")
         assert ids[0, v_pos].item() == hm.token_id(value)
         assert key in chat.decode(ids[0, token_positions(p, offsets[0], f"key{i}")])
-    # Template tokens belong to no span; the final position is the prefill's last token, before the answer.
+    # Template tokens belong to no span and get (-1, -1); the final position is the template's last token.
+    n_prefix = len(chat("<|im_start|>user\n", add_special_tokens=False)["input_ids"])
+    assert offsets[0][:n_prefix] == [(-1, -1)] * n_prefix and offsets[0][-1] == (-1, -1)
     spans = {i for name in p.spans for i in token_positions(p, offsets[0], name)}
-    n_prefix = len(chat(prefix, add_special_tokens=False)["input_ids"])
     assert not spans & set(range(n_prefix))
     assert token_positions(p, offsets[0], "final") == [ids.shape[1] - 1]
-    assert offsets[0][-1][0] >= len(p.text)  # the last token belongs to the prefill
-    # Without a template (the toy zoo) the prompt is the whole input.
+    # Without a template (the toy zoo) the joined turns are the whole input.
     toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)
-    assert toy.frame == ("", "")
+    assert not toy.has_chat_template and toy.render(p.text) == (p.text, [(0, 0, len(p.text))])
     assert toy.encode([p.text])[0][0].tolist() == tokenizer(p.text, add_special_tokens=False)["input_ids"]

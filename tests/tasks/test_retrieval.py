@@ -1,6 +1,7 @@
 import pytest
 
 from hybridlens.models.toy import build_tokenizer, toy_vocabulary
+from hybridlens.tasks.items import entry_parts, token_positions
 from hybridlens.tasks.retrieval import (
     FORMATS,
     FUSED_FORMATS,
@@ -8,10 +9,8 @@ from hybridlens.tasks.retrieval import (
     TASK_FORMATS,
     clean_corrupt_pairs,
     donor_host_pairs,
-    entry_parts,
     make_prompts,
     notes_table,
-    token_positions,
     token_roles,
 )
 from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, fused_words, language_forms

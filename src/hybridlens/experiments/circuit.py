@@ -22,19 +22,19 @@ import torch
 
 from hybridlens.interventions.cache import greedy
 from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
+from hybridlens.interventions.on_items import encode
 from hybridlens.interventions.patch import gather
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.items import POSITION_SETS
+from hybridlens.tasks.prompt_sets import framing as framing_of
 from hybridlens.tasks.prompt_sets import item_batches, prompt_set, vocabulary
-from hybridlens.tasks.retrieval import (
-    POSITION_SETS,
-    Prompt,
-    donor_host_pairs,
-    make_prompt,
-    make_prompts,
-)
+from hybridlens.tasks.retrieval import Prompt, donor_host_pairs, like, make_prompts
 from hybridlens.validation import Check
 
 COLLAPSE = 0.5  # "collapses": accuracy or attention falls below this fraction of the intact model's
+
+
+TRIPLE = ("host", "donor", "other")
 
 
 @dataclass
@@ -46,10 +46,13 @@ class Triple:
     other: Prompt  # another dictionary that also holds A (another value, another entry), asks A
 
 
-def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int) -> list[Triple]:
-    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
+def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, framing: str = "auto") -> list[Triple]:
+    """n seeded triples over the words that are single tokens for hm's tokenizer, in the given framing (auto:
+    the paper's for a model with a chat template, prompt_sets.framing)."""
+    chosen = framing_of(hm, {"framing": framing})
+    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages, chosen, fmt)
     rng = random.Random(seed + 104729)
-    base = make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
+    base = make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values, framing=chosen)
     out = []
     for i, (donor, host) in enumerate(donor_host_pairs(base, seed, n_languages)):
         key_a = donor.pairs[donor.query][0]
@@ -58,7 +61,7 @@ def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int) -> 
         pairs = list(zip(rest_keys, vals[1:], strict=True))
         slot = rng.choice([j for j in range(n_pairs) if j != donor.query] or [0])
         pairs.insert(slot, (key_a, vals[0]))
-        other = make_prompt(pairs, slot, fmt, donor.language, donor.persona, n_languages)
+        other = like(donor, pairs, slot, n_languages)
         out.append(Triple(seed, i, donor, host, other))
     return out
 
@@ -66,13 +69,13 @@ def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int) -> 
 # --- localization ----------------------------------------------------------------------------------------------
 def localize_reference(hm, settings: dict, n_languages: int):
     """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n)."""
-    reference = {k: settings[k] for k in ("n_pairs", "format")}
+    reference = {k: settings[k] for k in ("n_pairs", "format")} | {"framing": settings.get("framing", "auto")}
     reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
     prompts, _ = prompt_set(hm, reference, n_languages)
-    return localize(hm, prompts, n_languages, search=settings.get("reader", "any"))
+    return localize(hm, prompts, search=settings.get("reader", "any"))
 
 
-def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int = 0, search: str = "any"):
+def localize(hm, prompts: list[Prompt], distractor_seed: int = 0, search: str = "any"):
     """Group ablations, reader ranking and the Encode / Address choice, with every number behind it.
 
     search="last" takes the reader among the last attention layer's heads: in a chain of readers the
@@ -80,11 +83,12 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
     """
     if search not in ("any", "last"):
         raise ValueError(f"unknown reader search {search!r}; use 'any' or 'last'")
-    run = Runner(hm, prompts, n_languages)
+    batch = encode(hm, prompts)
+    run = Runner(hm, batch.ids, batch.choices)
     rng = random.Random(distractor_seed)
     target = [p.query for p in prompts]
     distractor = [rng.choice([i for i in range(len(p.pairs)) if i != p.query]) for p in prompts]
-    target_pos = run.entry_positions(target)
+    target_pos = batch.entry_positions(target)
 
     def measure(logits):
         acc = run.correct(logits, target).float()
@@ -125,12 +129,12 @@ def localize(hm, prompts: list[Prompt], n_languages: int, distractor_seed: int =
     last = max(hm.attention_layers())
     reader = next(r for r in readers if search == "any" or r["layer"] == last)
 
-    encode = _first_collapse(ablation, intact_acc.mean().item())
+    encode_block = _first_collapse(ablation, intact_acc.mean().item())
     address = _address(hm, run, reader, target_pos, attn)
     return (
         {
             "intact": {"accuracy": intact_acc.mean().item(), "d": intact_d.mean().item(), "n": len(prompts)},
-            "encode": encode,
+            "encode": encode_block,
             "address": address,
             "reader": {"layer": reader["layer"], "head": reader["head"], "evidence": reader},
             "groups": [list(g) for g in hm.groups],
@@ -168,7 +172,7 @@ def _address(hm, run, reader, target_pos, attn):
     for gi, group in enumerate(hm.groups):
         if max(group) >= reader["layer"]:
             continue
-        edits = {s: Edit([-1], torch.zeros(len(run.prompts), 1, hm.d_model)) for s in mixer_sites(group)}
+        edits = {s: Edit([-1], torch.zeros(len(run.ids), 1, hm.d_model)) for s in mixer_sites(group)}
         _, a, _ = run.forward(edits, attention=[reader["layer"]], logits=False)
         after = attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
         evidence.append({"group": gi, "layers": "-".join(map(str, group)), "attention": after, "intact": intact})
@@ -181,20 +185,19 @@ def _address(hm, run, reader, target_pos, attn):
 
 # --- transplants -----------------------------------------------------------------------------------------------
 @torch.no_grad()
-def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control_group: int | None, checks=None):
+def transplant(hm, items: list[Triple], circuit: dict, control_group: int | None, checks=None):
     """Per-item rows for the query transplant (every position set) and the state transplant, with controls.
 
     `checks` (a dict, filled in place) receives the validations of this batch (VALIDATIONS): each identity
     transplant (donor = host) against the intact host computed the same way, and the engine's shortcut
     forward of the intact host against its full forward.
     """
-    hosts = Runner(hm, [t.host for t in items], n_languages)
-    donors = Runner(hm, [t.donor for t in items], n_languages)
-    others = Runner(hm, [t.other for t in items], n_languages)
+    encoded = {name: encode(hm, [getattr(t, name) for t in items], choices=name == "host") for name in TRIPLE}
+    hosts, donors, others = (Runner(hm, encoded[n].ids, encoded[n].choices) for n in TRIPLE)
     reader = circuit["reader"]
     a_entry = [t.donor.query for t in items]
     b_entry = [t.host.query for t in items]
-    a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
+    a_pos, b_pos = encoded["host"].entry_positions(a_entry), encoded["host"].entry_positions(b_entry)
     blocks = {"address": circuit["address"]["group"]}
     if control_group is not None:
         blocks["control_group"] = control_group
@@ -218,8 +221,8 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
                     "block": block,
                     "donor": donor,
                     "positions": positions,
-                    "answers_a": int(top[i] == hosts.value_ids[i, a_entry[i]]),
-                    "answers_b": int(top[i] == hosts.value_ids[i, b_entry[i]]),
+                    "answers_a": int(top[i] == hosts.choices[i, a_entry[i]]),
+                    "answers_b": int(top[i] == hosts.choices[i, b_entry[i]]),
                     "d_ab": (la[i] - lb[i]).item(),
                     "attn_a": ra[i].item(),
                     "attn_b": rb[i].item(),
@@ -230,20 +233,21 @@ def transplant(hm, items: list[Triple], circuit: dict, n_languages: int, control
     sites = [s for gi in blocks.values() for s in mixer_sites(hm.groups[gi])]
     final = hosts.ids.shape[1] - 1
     donor_runs = {"same_dict": donors, "other_dict": others, "identity": hosts}
+    donor_items = {"same_dict": encoded["donor"], "other_dict": encoded["other"], "identity": encoded["host"]}
     # One pass per donor serves every block and position set and leaves the prefix every state transplant
     # continues (it runs to the logits for that).
     writes = {name: donor_runs[name].forward(capture=sites, capture_at=None)[2] for name in ("same_dict", "other_dict")}
     # The identity donor's writes come from the intact forward itself, so that patching them back runs the
     # same computation (prefix, continuation, attention implementation) and must give the same bits.
     read = [reader["layer"]]
-    logits, attn, own = hosts.forward(attention=read, capture=sites, capture_at=hosts.positions("final"))
+    logits, attn, own = hosts.forward(attention=read, capture=sites, capture_at=encoded["host"].positions("final"))
     record("none", "", "", "", logits, attn)
-    checks["shortcut_path"].update(logits, Runner(hm, hosts.prompts, minimal=False).forward(attention=read)[0])
+    checks["shortcut_path"].update(logits, Runner(hm, hosts.ids, minimal=False).forward(attention=read)[0])
     state_intact = _state_transplant(hm, hosts.prefix(final), hosts.prefix(final), hosts.ids[:, -1:], ())
     for block, gi in blocks.items():
         for donor_name, donor in donor_runs.items():
             for part in POSITION_SETS if donor_name == "same_dict" else ("final",):
-                host_at, donor_at = hosts.positions(part), donor.positions(part)
+                host_at, donor_at = encoded["host"].positions(part), donor_items[donor_name].positions(part)
                 if any(len(h) != len(d) for h, d in zip(host_at, donor_at, strict=True)):
                     continue  # a position set of another length cannot be transplanted one to one
                 edits = {
@@ -312,13 +316,13 @@ SUMMARY_COLUMNS += [f"{m}{s}" for m in ("redirect", "answers_b", "d_ab") for s i
 SUMMARY_COLUMNS += ["redirect_per_seed", "attn_a", "attn_b"]
 
 
-def transplant_all(hm, items: list[Triple], circuit: dict, n_languages: int, batch_size: int = 50, checks=None):
+def transplant_all(hm, items: list[Triple], circuit: dict, batch_size: int = 50, checks=None):
     """transplant() over batches whose host and other-dictionary prompts share a token length; `checks` (a
     dict, filled in place) receives the validations measured over every batch."""
     control = control_group(hm, circuit["address"]["group"])
     rows = []
     for batch in item_batches(hm, items, lambda t: (t.host, t.donor, t.other), batch_size):
-        rows += transplant(hm, batch, circuit, n_languages, control, checks)
+        rows += transplant(hm, batch, circuit, control, checks)
     return rows
 
 

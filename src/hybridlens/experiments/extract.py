@@ -7,9 +7,10 @@ logit_lens   per layer: residual norm and the rank of the correct answer under t
 import numpy as np
 import torch
 
+from hybridlens.interventions.on_items import answer_tokens
 from hybridlens.interventions.patch import run
+from hybridlens.tasks.items import token_positions
 from hybridlens.tasks.prompt_sets import batches_by_length
-from hybridlens.tasks.retrieval import token_positions
 
 
 @torch.no_grad()
@@ -34,7 +35,7 @@ def extract(hm, prompts, sites, position_set="final", batch_size=16):
     data = {s: np.stack(v) for s, v in out.items()}
     data["input_ids"] = np.stack(ids_all) if len({len(x) for x in ids_all}) == 1 else np.zeros((len(prompts), 0))
     data["positions"] = np.stack(pos_all)
-    data["answer_ids"] = np.array([hm.token_id(p.answer) for p in prompts])
+    data["answer_ids"] = np.array([row[0][0] for row in answer_tokens(hm, prompts, [[p.answer] for p in prompts])])
     return data
 
 

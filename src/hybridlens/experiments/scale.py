@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
+from hybridlens.interventions.on_items import encode
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.prompt_sets import item_batches
 
@@ -71,6 +72,11 @@ def _reader_attention(attn, reader_list, positions):
     return {f"r{r['layer']}.{r['head']}": attention_to(attn[r["layer"]], positions)[:, r["head"]] for r in reader_list}
 
 
+def _host_tokens(hm, items):
+    """The items' hosts in tokens (their positions; the choices come with the hosts' Runner)."""
+    return encode(hm, [t.host for t in items], choices=False)
+
+
 @torch.no_grad()
 def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
     """Zero each group's writes at every position; host accuracy, D(target − donor's key) and attention.
@@ -78,7 +84,7 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
     intact: the hosts' unedited forward, if the caller has it (sweep shares one per batch).
     """
     b_entry, a_entry = [t.host.query for t in items], [t.donor.query for t in items]
-    b_pos = hosts.entry_positions(b_entry)
+    b_pos = _host_tokens(hm, items).entry_positions(b_entry)
     rows = []
 
     def record(group, logits, attn):
@@ -112,7 +118,8 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list,
     """Copy the donor's final-position writes of a group set into the host's final position (none: intact),
     then those of each attention layer in `attention` (rows A{layer}, n_groups 0)."""
     a_entry, b_entry = [t.donor.query for t in items], [t.host.query for t in items]
-    a_pos, b_pos = hosts.entry_positions(a_entry), hosts.entry_positions(b_entry)
+    host_tokens = _host_tokens(hm, items)
+    a_pos, b_pos = host_tokens.entry_positions(a_entry), host_tokens.entry_positions(b_entry)
     sites = [s for layers in hm.groups for s in mixer_sites(layers)] + mixer_sites(list(attention))
     _, _, writes = donors.forward(capture=sites, capture_at=[-1], logits=False)
     read = sorted({r["layer"] for r in reader_list})
@@ -132,7 +139,7 @@ def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list,
                 "item": t.index,
                 "groups": name,
                 "n_groups": n_groups,
-                "redirect": int(top[i] == hosts.value_ids[i, a_entry[i]]),
+                "redirect": int(top[i] == hosts.choices[i, a_entry[i]]),
                 "d_ab": (la[i] - lb[i]).item(),
             }
             row.update({f"{k}_to_a": v[i].item() for k, v in to_a.items()})
@@ -152,7 +159,7 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     thing, and then blocking one head leaves the others' writes standing in for it.
     """
     b_entry = [t.host.query for t in items]
-    b_pos = hosts.entry_positions(b_entry)
+    b_pos = _host_tokens(hm, items).entry_positions(b_entry)
     intact_logits, intact_attn, _ = intact or hosts.forward(attention=sorted({r["layer"] for r in reader_list}))
     intact_correct = hosts.correct(intact_logits, b_entry)
     rows, blocked = [], {}
@@ -187,14 +194,15 @@ def blocking_rows(hm, hosts: Runner, items, reader_list, intact=None):
     return rows
 
 
-def sweep(hm, items, reader_list, main, n_languages: int, batch_size: int = 50):
+def sweep(hm, items, reader_list, main, batch_size: int = 50):
     """Profile, transplant and blocking rows over batches whose host and donor share a token length."""
     sets = group_sets(hm.groups, max(hm.attention_layers()))
     attention = attention_sets(hm.kinds)
     profile, transplant, blocking = [], [], []
     for batch in item_batches(hm, items, lambda t: (t.host, t.donor), batch_size):
-        hosts = Runner(hm, [t.host for t in batch], n_languages)
-        donors = Runner(hm, [t.donor for t in batch], n_languages)
+        host_tokens = encode(hm, [t.host for t in batch])
+        hosts = Runner(hm, host_tokens.ids, host_tokens.choices)
+        donors = Runner(hm, encode(hm, [t.donor for t in batch], choices=False).ids)
         read = sorted({r["layer"] for r in reader_list} | {main["layer"]})
         intact = hosts.forward(attention=read)  # one unedited forward serves all three
         profile += profile_rows(hm, hosts, batch, reader_list, main, intact)

@@ -24,8 +24,9 @@ import torch
 
 from hybridlens.interventions.cache import CONDITIONS, greedy, prefill
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.items import token_positions, turns
 from hybridlens.tasks.prompt_sets import vocabulary
-from hybridlens.tasks.retrieval import FUSED_FORMATS, Prompt, make_prompt, make_prompts, token_positions
+from hybridlens.tasks.retrieval import FUSED_FORMATS, Prompt, make_prompt, make_prompts
 from hybridlens.tasks.vocab import NEUTRAL, PERSONAS, fused_words, language_forms
 
 PROPERTIES = ("retrieval", "language", "persona")
@@ -119,8 +120,8 @@ def run_items(hm, items: list[Item], n_new: int, markers: dict, n_languages: int
     rows = []
     for start in range(0, len(items), batch_size):
         batch = items[start : start + batch_size]
-        a_ids, offsets = hm.encode([it.a.text for it in batch])
-        b_ids, _ = hm.encode([it.b.text for it in batch])
+        a_ids, offsets = hm.encode([turns(it.a) for it in batch])
+        b_ids, _ = hm.encode([turns(it.b) for it in batch])
         if a_ids.shape != b_ids.shape:
             raise ValueError("contexts A and B tokenize to different lengths; the swap needs one length")
         split = token_positions(batch[0].a, offsets[0], "question")[0]

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hybridlens.interventions.engine import Runner
 from hybridlens.interventions.hooks import TraceDict
+from hybridlens.interventions.on_items import answer_tokens
 from hybridlens.stats import bootstrap
+from hybridlens.tasks.items import token_positions
 from hybridlens.tasks.prompt_sets import batches_by_length, vocabulary
-from hybridlens.tasks.retrieval import TOKEN_ROLES, donor_host_pairs, make_prompts, token_positions, token_roles
+from hybridlens.tasks.retrieval import TOKEN_ROLES, donor_host_pairs, make_prompts, token_roles
 
 TRANSFERS = ("query", "address", "encode_address")
 QUERY_CONTENTS = ("key", "answer")
@@ -416,11 +417,12 @@ def swap_rows(
         span = spans["donor"]["address"]
         donor_writes = final_block_writes(collect(donor, prompts, {"address": span}, batch_size), span)
     donor_writes = torch.as_tensor(donor_writes)
-    for chunk, _, offsets in batches_by_length(receiver, [h for _, h in pairs], batch_size):
-        run = Runner(receiver, [pairs[i][1] for i in chunk], n_languages)
+    for chunk, ids, offsets in batches_by_length(receiver, [h for _, h in pairs], batch_size):
+        answers = answer_tokens(receiver, [pairs[i][1] for i in chunk])
+        choices = torch.tensor([[t[0] for t in row] for row in answers], device=ids.device)
         roles = torch.as_tensor(np.stack([_role_ids(pairs[i][1], off) for i, off in zip(chunk, offsets, strict=True)]))
-        entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=run.ids.device)
-        right, asked_by_donor = run.value_ids.gather(1, entries).T
+        entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=ids.device)
+        right, asked_by_donor = choices.gather(1, entries).T
 
         def record(transfer, condition, logits, chunk=chunk, right=right, asked_by_donor=asked_by_donor):
             top = logits.argmax(-1)
@@ -436,7 +438,7 @@ def swap_rows(
                     }
                 )
 
-        intact = _logits(receiver, run.ids)
+        intact = _logits(receiver, ids)
         for transfer in TRANSFERS:
             record(transfer, "intact", intact)
         for block in ("address", "encode_address"):
@@ -453,7 +455,7 @@ def swap_rows(
             }
             for condition, replace in conditions.items():
                 edit = _block_edit(receiver, *spans["receiver"][block], replace)
-                record(block, condition, _logits(receiver, run.ids, edit))
+                record(block, condition, _logits(receiver, ids, edit))
         writes = donor_writes[chunk].to(receiver.device)
         mean = torch.as_tensor(means["address.final"], dtype=torch.float32, device=receiver.device)
         query_map = maps["address.out.final"]
@@ -465,7 +467,7 @@ def swap_rows(
         }
         for condition, new in conditions.items():
             edit = _final_edit(receiver, spans["receiver"]["address"], new)
-            record("query", condition, _logits(receiver, run.ids, edit))
+            record("query", condition, _logits(receiver, ids, edit))
     return rows
 
 

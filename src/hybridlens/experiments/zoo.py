@@ -28,6 +28,7 @@ from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.families import family_of
 from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedding
 from hybridlens.store import save_checkpoint
+from hybridlens.tasks.items import turns
 from hybridlens.tasks.prompt_sets import vocabulary
 from hybridlens.tasks.retrieval import FORMATS, FUSED_FORMATS, answer_word, hop_links, make_prompts, question_words
 from hybridlens.tasks.vocab import KEYS, VALUES, fused_words, key_words, language_forms
@@ -337,7 +338,7 @@ def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: i
     rows = []
     for fmt in formats:
         prompts = held_out_prompts(hm, seed, n, n_pairs, fmt, n_languages)
-        ids, _ = hm.encode([p.text for p in prompts])
+        ids, _ = hm.encode([turns(p) for p in prompts])
         tokens, _ = greedy(hm, ids, 2)
         answer = torch.tensor([hm.token_id(p.answer) for p in prompts])
         marker = torch.tensor([hm.token_id(p.marker) for p in prompts])

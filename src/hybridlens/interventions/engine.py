@@ -1,7 +1,7 @@
 """One engine for forwards with edits: a batch of prompts under site edits, head ablations and captures.
 
 Circuit localization and transplants, the scale sweep and stitching all run the same kind of forward: one
-batch of prompts of one token length, edited at write sites or heads, read at the final position. Its site
+batch of token ids of one length, edited at write sites or heads, read at the final position. Its site
 hooks are built by patch.site_hook, as patch.run builds them, so an edit means the same thing in both.
 
 Each forward does only the work its edits and read-outs need. Under causal attention and recurrence an edit
@@ -13,7 +13,7 @@ forwards that read attention, sdpa elsewhere.
 
 Edit          a write-site edit at a position set: values written there, or a function of what is there
 Runner        forwards of one batch: final-position logits, final-position attentions and captures
-transplant    hosts' logits with donors' writes at sites copied in at a position set (query transplant)
+transplant_ids  hosts' logits with donors' writes at sites copied in at given positions (query transplant)
 attention_to  final-position attentions [B, H, T] summed over per-item positions -> [B, H]
 mixer_sites   the mixer_out write sites of a group's layers
 """
@@ -26,8 +26,6 @@ import torch
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.interventions.patch import gather, ignore_name, position_index, retained, scatter_at, site_hook
 from hybridlens.models.adapter import parse_site
-from hybridlens.tasks.retrieval import Prompt, answer_word, entry_parts, token_positions
-from hybridlens.tasks.vocab import language_forms
 
 
 class Edit(NamedTuple):
@@ -39,35 +37,25 @@ class Edit(NamedTuple):
 
 
 class Runner:
-    """Forwards of one batch of prompts (one token length) with the circuit's interventions.
+    """Forwards of one batch of token ids [B, T] (one length) with the circuit's interventions.
 
-    minimal=False runs every forward in full (from the first token, to the logits, eager): the reference
-    the shortcuts are tested against. bench/forward_work.py sets the class default to compare the two.
+    choices [B, E]: token ids whose final-position logits value_logits() and correct() read (each item's
+    candidate answers, tasks.items.encode gives them). minimal=False runs every forward in full (from the
+    first token, to the logits, eager): the reference the shortcuts are tested against.
+    bench/forward_work.py sets the class default to compare the two.
     """
 
     minimal = True
 
-    def __init__(self, hm, prompts: list[Prompt], n_languages: int | None = None, minimal: bool | None = None):
-        self.hm, self.prompts = hm, prompts
+    def __init__(self, hm, ids, choices=None, minimal: bool | None = None):
+        self.hm = hm
         if minimal is not None:
             self.minimal = minimal
-        self.ids, self.offsets = hm.encode([p.text for p in prompts])
+        self.ids = torch.as_tensor(ids, device=hm.device)
+        if self.ids.ndim != 2:
+            raise ValueError(f"token ids of shape {tuple(self.ids.shape)}; give [batch, pos] of one length")
+        self.choices = None if choices is None else torch.as_tensor(choices, device=hm.device)
         self._prefixes = {}  # t -> cache after the first t tokens
-        if n_languages is not None:
-            forms = language_forms(n_languages)
-            words = [[answer_word(p.fmt, forms, p.language, p.persona, v) for _, v in p.pairs] for p in prompts]
-            self.value_ids = torch.tensor([[hm.token_id(w) for w in row] for row in words], device=hm.device)
-
-    def positions(self, part: str):
-        return [token_positions(p, o, part) for p, o in zip(self.prompts, self.offsets, strict=True)]
-
-    def entry_positions(self, entry: list[int]):
-        """Token positions of one dictionary entry (key and value; in hop its links too) per item; `entry`
-        indexes pairs."""
-        return [
-            [i for part in entry_parts(p, e) for i in token_positions(p, o, part)]
-            for p, o, e in zip(self.prompts, self.offsets, entry, strict=True)
-        ]
 
     def index(self, positions):
         """[B, P] indices of a position set in this batch."""
@@ -180,41 +168,38 @@ class Runner:
         return apply
 
     def value_logits(self, logits, entry):
-        """Logit of one entry's value token per item."""
-        return logits.gather(1, self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
+        """Logit of one choice (a dictionary entry's value) per item; `entry` indexes choices."""
+        return logits.gather(1, self.choices.gather(1, torch.as_tensor(entry, device=logits.device)[:, None]))[:, 0]
 
     def correct(self, logits, entry):
-        """Per item: is one entry's value token the top prediction?"""
-        ids = self.value_ids.gather(1, torch.as_tensor(entry, device=logits.device)[:, None])[:, 0]
+        """Per item: is one choice's token the top prediction?"""
+        ids = self.choices.gather(1, torch.as_tensor(entry, device=logits.device)[:, None])[:, 0]
         return logits.argmax(-1) == ids
 
 
 @torch.no_grad()
-def transplant(hm, donors, hosts, sites, positions="final"):
-    """Final-position logits [n, vocab] of each host prompt with its donor's writes at `sites` copied in.
+def transplant_ids(hm, donor_ids, host_ids, sites, donor_at, host_at):
+    """Final-position logits [n, vocab] of each host with its donor's writes at `sites` copied in.
 
-    donors[i] and hosts[i] are Prompts (tasks.retrieval); `positions` is a position set or prompt part
-    (token_positions) and must cover as many tokens in each donor as in its host, so that writes move one
-    to one. Items are batched by (host, donor) token length; the result is in item order.
+    donor_ids[i], host_ids[i]: token id lists (any lengths); donor_at[i], host_at[i]: token positions of as
+    many tokens, so that writes move one to one. Items are batched by (host, donor) token length; the result
+    is in item order.
     """
-    if len(donors) != len(hosts):
-        raise ValueError(f"{len(donors)} donors for {len(hosts)} hosts; give one donor per host")
+    if not len(donor_ids) == len(host_ids) == len(donor_at) == len(host_at):
+        raise ValueError(f"{len(donor_ids)} donors for {len(host_ids)} hosts; give one donor per host")
     sites = [str(s) for s in sites]
-    donor_ids, donor_offsets = hm.tokenize([p.text for p in donors])
-    host_ids, host_offsets = hm.tokenize([p.text for p in hosts])
-    at_donor = [token_positions(p, o, positions) for p, o in zip(donors, donor_offsets, strict=True)]
-    at_host = [token_positions(p, o, positions) for p, o in zip(hosts, host_offsets, strict=True)]
-    for i, (d, h) in enumerate(zip(at_donor, at_host, strict=True)):
+    for i, (d, h) in enumerate(zip(donor_at, host_at, strict=True)):
         if len(d) != len(h):
-            raise ValueError(f"item {i}: position set {positions!r} has {len(d)} donor and {len(h)} host tokens")
+            raise ValueError(f"item {i}: {len(d)} donor and {len(h)} host positions; writes move one to one")
     groups = {}
-    for i in range(len(hosts)):
-        groups.setdefault((len(host_ids[i]), len(donor_ids[i]), len(at_host[i])), []).append(i)
-    out = [None] * len(hosts)
+    for i in range(len(host_ids)):
+        groups.setdefault((len(host_ids[i]), len(donor_ids[i]), len(host_at[i])), []).append(i)
+    out = [None] * len(host_ids)
     for items in groups.values():
-        d_run, h_run = Runner(hm, [donors[i] for i in items]), Runner(hm, [hosts[i] for i in items])
-        writes = d_run.forward(capture=sites, capture_at=[at_donor[i] for i in items], logits=False)[2]
-        logits = h_run.forward({s: Edit([at_host[i] for i in items], writes[s]) for s in sites})[0]
+        d_run = Runner(hm, [list(donor_ids[i]) for i in items])
+        h_run = Runner(hm, [list(host_ids[i]) for i in items])
+        writes = d_run.forward(capture=sites, capture_at=[donor_at[i] for i in items], logits=False)[2]
+        logits = h_run.forward({s: Edit([host_at[i] for i in items], writes[s]) for s in sites})[0]
         for j, i in enumerate(items):
             out[i] = logits[j]
     return torch.stack(out)

@@ -18,6 +18,7 @@ import torch
 
 from hybridlens.models.families import UnsupportedModel, check_family, family_of
 from hybridlens.models.source import check_manifest
+from hybridlens.tasks.items import Turns
 
 # Sites and their shapes, TransformerLens-style. Write sites are hooked on modules; state sites are
 # read from and written to the transformers cache after a forward.
@@ -33,10 +34,6 @@ SITES = {
 }
 WRITE_SITES = ("resid_pre", "mixer_out", "layer_out")
 KINDS = ("linear", "attention", "parallel", "mlp")
-
-
-# What the assistant turn is prefilled with when a chat template frames the prompts (the answer follows).
-ANSWER_PREFILL = "Answer:"
 
 
 @dataclass(frozen=True)
@@ -273,33 +270,54 @@ class HybridModel:
 
     # --- text ------------------------------------------------------------------------------------
     @functools.cached_property
-    def frame(self) -> tuple[str, str]:
-        """(prefix, suffix) put around every prompt: the tokenizer's chat template with the prompt as the user
-        turn and the assistant turn prefilled up to the answer, so the next token is the answer after a
-        space, as in the bare prompts. Tokenizers without a template (the toy zoo's) get ("", "")."""
-        if not getattr(self.tokenizer, "chat_template", None):
-            return "", ""
-        marker = "\x00prompt\x00"
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    @functools.cache  # noqa: B019 (one entry per system-turn flag, for the model's lifetime)
+    def _skeleton(self, system: bool) -> tuple[str, ...]:
+        """The chat template around the turns: literal pieces between which the system turn (if any) and the
+        user turn go, the last piece ending where the assistant turn starts."""
+        marks = ("\x00system\x00", "\x00user\x00")
+        messages = [{"role": "system", "content": marks[0]}] if system else []
         text = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False, enable_thinking=False
+            [*messages, {"role": "user", "content": marks[1]}],
+            add_generation_prompt=True,
+            tokenize=False,
+            enable_thinking=False,
         )
-        prefix, suffix = text.split(marker)
-        return prefix, suffix + ANSWER_PREFILL
+        pieces = re.split("\x00(?:system|user)\x00", text)
+        if len(pieces) != len(messages) + 2:
+            raise ValueError(f"chat template of {self.source} does not place every turn once; cannot frame prompts")
+        return tuple(pieces)
 
-    def tokenize(self, texts):
-        """(input ids, offsets) per prompt in its frame; offsets index the prompt's own text, so template
-        tokens fall outside every span (negative before it, past its end after it)."""
-        prefix, suffix = self.frame
-        enc = self.tokenizer(
-            [prefix + t + suffix for t in texts], add_special_tokens=False, return_offsets_mapping=True
-        )
-        shift = len(prefix)
-        offsets = [[(a - shift, b - shift) for a, b in off] for off in enc["offset_mapping"]]
-        return enc["input_ids"], offsets
+    def render(self, turns) -> tuple[str, list[tuple[int, int, int]]]:
+        """(the text the model reads, [(start in it, start in turns.joined, length)] per turn): the turns in
+        the tokenizer's chat template, the assistant turn prefilled; without a template, or for raw turns,
+        turns.joined."""
+        turns = turns if isinstance(turns, Turns) else Turns(turns)
+        if turns.raw or not self.has_chat_template:
+            return turns.joined, [(0, 0, len(turns.joined))]
+        skeleton = self._skeleton(bool(turns.system))
+        contents = [turns.system, turns.user] if turns.system else [turns.user]
+        text, pieces, joined_at = skeleton[0], [], 0
+        for content, literal in zip([*contents, turns.prefill], [*skeleton[1:], ""], strict=True):
+            if content:
+                pieces.append((len(text), joined_at, len(content)))
+                joined_at += len(content) + 1
+            text += content + literal
+        return text, pieces
 
-    def encode(self, texts):
-        """Token ids [batch, pos] and offset mappings; texts of one batch must tokenize to one length."""
-        ids, offsets = self.tokenize(list(texts))
+    def tokenize(self, prompts):
+        """(input ids, offsets) per prompt (a string, the user turn, or Turns) rendered by render(); offsets
+        index the prompt's Turns.joined, and tokens of the chat template get (-1, -1)."""
+        rendered = [self.render(p) for p in prompts]
+        enc = self.tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
+        pieces = [p for _, p in rendered]
+        return enc["input_ids"], [_to_joined(o, p) for o, p in zip(enc["offset_mapping"], pieces, strict=True)]
+
+    def encode(self, prompts):
+        """Token ids [batch, pos] and offset mappings; prompts of one batch must tokenize to one length."""
+        ids, offsets = self.tokenize(list(prompts))
         lengths = {len(x) for x in ids}
         if len(lengths) != 1:
             raise ValueError(f"texts of one batch tokenize to different lengths {sorted(lengths)}; batch by length")
@@ -330,3 +348,16 @@ class HybridModel:
         """Logit lens: final norm, unembedding and the family's logit multiplier. [.., d_model] -> [.., vocab]"""
         norm = getattr(self.base, self.family.final_norm)
         return self.model.lm_head(norm(hidden)) * self.family.logit_scale(self.config)
+
+
+def _to_joined(offsets, pieces):
+    """Token offsets in a rendered text -> offsets in the turns' joined text; (-1, -1) outside every turn."""
+    out = []
+    for a, b in offsets:
+        for start, joined, length in pieces:
+            if start <= a < start + length:
+                out.append((a - start + joined, min(b, start + length) - start + joined))
+                break
+        else:
+            out.append((-1, -1))
+    return out

@@ -187,6 +187,8 @@ def _task_corpus(n: int = 400) -> list[str]:
     for seed, fmt in enumerate(FORMATS):
         for n_pairs in (2, 4, 8, 16):
             texts += [p.text + " " + p.target for p in make_prompts(seed, n // 4, n_pairs, fmt, 2)]
+            paper = make_prompts(seed, n // 4, n_pairs, fmt, 1, framing="paper")
+            texts += [p.text + "\n" + p.prefill + p.answer for p in paper]  # the paper's framing (chat models)
     return texts
 
 

@@ -6,7 +6,7 @@ clean_corrupt_pairs   (clean, corrupt): target value swapped with a distractor's
 donor_host_pairs      (donor, host): same dictionary, different queried key
 answer_word           the word a format's answer is: a value's form in the context's language (FUSED_FORMATS: and
                       persona)
-token_positions       token indices of a part of a prompt; token_roles: every token's role (TOKEN_ROLES)
+token_roles           every token's role (TOKEN_ROLES)
 FORMATS               the three copy formats, chat, list and rev: the answer is a word of the dictionary
 TASK_FORMATS          FORMATS, translate (the dictionary in language 0, the answer in the context's language),
                       translate_late (translate with the persona line and the language's header word after
@@ -19,7 +19,9 @@ FUSED_FORMATS         the formats answered with one word in the context's langua
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from hybridlens.tasks.items import token_positions
 from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, fused_word, language_forms
 
 FORMATS = ("chat", "list", "rev")
@@ -39,6 +41,12 @@ FORMATS = ("chat", "list", "rev")
 FUSED_FORMATS = ("translate_fused", "fused_notes")
 TRANSLATE_FORMATS = ("translate", "translate_late", *FUSED_FORMATS)
 TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop", "notes")
+# The paper's protocol for chat models (tasks.items.turns): the user turn holds the dictionary and the question,
+# the assistant turn is prefilled up to the answer, which follows `**`. `perm` is chat with the queried entry
+# at every position in turn; `long` is chat after filler text. Toys render every format but long word by word.
+FRAMINGS = ("toy", "paper")
+PAPER_FORMATS = (*FORMATS, "perm", "long")
+TOY_FORMATS = (*TASK_FORMATS, "perm")
 NOTES = 2
 
 
@@ -91,6 +99,12 @@ class Prompt:
     pairs: tuple[tuple[str, str], ...]  # (key, value concept), in context order
     query: int  # index into pairs of the queried entry
     spans: dict[str, tuple[int, int]] = field(compare=False)
+    choices: tuple[str, ...] = ()  # every entry's answer word, in pairs order
+    system: str = ""
+    prefill: str = ""
+    lead: str = " "  # the answer is the next word
+    framing: str = "toy"
+    filler: str = ""
 
     @property
     def target(self) -> str:
@@ -202,14 +216,93 @@ def question_words(fmt: str, key: str) -> list[str]:
     return ["Question", ":", "What", "is", "the", "value", "of", key, "?"]
 
 
-def make_prompt(pairs, query, fmt="chat", language=0, persona="pirate", n_languages=2) -> Prompt:
-    """A prompt from an explicit dictionary; `pairs` are (key, value concept)."""
-    if fmt not in TASK_FORMATS:
-        raise ValueError(f"unknown task format {fmt!r}; use one of {TASK_FORMATS}")
+def make_prompt(
+    pairs, query, fmt="chat", language=0, persona="pirate", n_languages=2, framing="toy", filler=""
+) -> Prompt:
+    """A prompt from an explicit dictionary; `pairs` are (key, value concept).
+
+    framing "toy": the toy zoo's word-per-token rendering (every format); "paper": the paper's chat protocol
+    (PAPER_FORMATS; language 0, no persona line) with `filler` text before the dictionary in format long.
+    """
+    if framing not in FRAMINGS:
+        raise ValueError(f"unknown framing {framing!r}; use one of {FRAMINGS}")
+    formats = PAPER_FORMATS if framing == "paper" else TOY_FORMATS
+    if fmt not in TOY_FORMATS + PAPER_FORMATS:
+        raise ValueError(f"unknown task format {fmt!r}; use one of {tuple(dict.fromkeys(TOY_FORMATS + PAPER_FORMATS))}")
+    if fmt not in formats:
+        raise ValueError(f"format {fmt!r} has no {framing} framing; use one of {formats}")
     forms = language_forms(n_languages)
-    text, spans = _render(fmt, pairs, query, language, persona, forms)
-    answer = answer_word(fmt, forms, language, persona, pairs[query][1])
-    return Prompt(text, answer, PERSONAS[persona], fmt, language, persona, tuple(pairs), query, spans)
+    choices = tuple(answer_word(fmt, forms, language, persona, v) for _, v in pairs)
+    prefill, lead = "", " "
+    if framing == "paper":
+        text, prefill, spans = _render_paper(fmt, [(k, choices[i]) for i, (k, _) in enumerate(pairs)], query, filler)
+        lead = ""
+    else:
+        text, spans = _render("chat" if fmt == "perm" else fmt, pairs, query, language, persona, forms)
+    fields = (text, choices[query], PERSONAS[persona], fmt, language, persona, tuple(pairs), query, spans)
+    return Prompt(*fields, choices, prefill=prefill, lead=lead, framing=framing, filler=filler)
+
+
+def like(prompt: Prompt, pairs, query: int, n_languages: int = 2) -> Prompt:
+    """A prompt over other pairs (or another queried entry) in `prompt`'s format, style, framing and filler."""
+    return make_prompt(
+        pairs, query, prompt.fmt, prompt.language, prompt.persona, n_languages, prompt.framing, prompt.filler
+    )
+
+
+def _render_paper(fmt, entries, query, filler):
+    """(user turn, assistant prefill, spans) in the paper's protocol. Spans index user + "\n" + prefill
+    (tasks.items.turns(...).joined); entries are (key, value word)."""
+    parts, spans = [], {}
+
+    def put(text, name=None):
+        start = sum(map(len, parts))
+        parts.append(text)
+        if name:
+            spans[name] = (start, start + len(text))
+
+    if filler:
+        put(filler, "filler")
+        put("\n\n")
+    key = entries[query][0]
+    if fmt == "list":
+        put("Lookup table:")
+        for i, (k, v) in enumerate(entries):
+            put("\n* ")
+            put(k, f"key{i}")
+            put("=")
+            put(v, f"value{i}")
+        put("\n")
+        q_start = sum(map(len, parts))
+        put("Which value does ")
+        put(key, "query")
+        put(" map to?")
+        prefill = ["The entry ", key, " maps to **"]
+    else:
+        put("Dictionary: ")
+        for i, (k, v) in enumerate(entries):
+            if fmt == "rev":
+                put(v, f"value{i}")
+                put(" is the value of ")
+                put(k, f"key{i}")
+            else:
+                put(k, f"key{i}")
+                put("=")
+                put(v, f"value{i}")
+            put(", " if i < len(entries) - 1 else ".")
+        put("\n")
+        q_start = sum(map(len, parts))
+        put("Question: What is the value of ")
+        put(key, "query")
+        put("?")
+        prefill = ["The value of ", key, " is **"]
+    text = "".join(parts)
+    at = len(text) + 1  # the prefill follows the user turn and a newline in the joined turns
+    spans["prefill_key"] = (at + len(prefill[0]), at + len(prefill[0]) + len(key))
+    prefill = "".join(prefill)
+    spans["question"] = (q_start, at + len(prefill))
+    spans["final"] = (at + len(prefill) - 1, at + len(prefill))
+    return text, prefill, spans
 
 
 def sample_dictionary(rng: random.Random, n_pairs: int, keys=KEYS, values=VALUES):
@@ -226,18 +319,64 @@ def make_prompts(
     personas=None,
     keys=KEYS,
     values=VALUES,
+    framing: str = "toy",
+    filler: str = "",
 ) -> list[Prompt]:
-    """`n` prompts; language and persona are drawn uniformly from the given lists (default: all)."""
+    """`n` prompts; language and persona are drawn uniformly from the given lists (default: all; the paper
+    framing has language 0 only). In format perm the i-th prompt asks its entry i mod n_pairs, so every
+    position of the target is swept; `filler` stands before the dictionary (format long)."""
     rng = random.Random(seed)
     languages = list(range(n_languages)) if languages is None else list(languages)
+    languages = [0] if framing == "paper" else languages
     personas = list(PERSONAS) if personas is None else list(personas)
+    if (fmt == "long") != bool(filler):
+        raise ValueError("format long needs filler text, and only format long takes it")
     out = []
-    for _ in range(n):
+    for i in range(n):
         pairs = sample_dictionary(rng, n_pairs, keys, values)
-        out.append(
-            make_prompt(pairs, rng.randrange(n_pairs), fmt, rng.choice(languages), rng.choice(personas), n_languages)
-        )
+        query = rng.randrange(n_pairs)
+        query = i % n_pairs if fmt == "perm" else query
+        style = (rng.choice(languages), rng.choice(personas))
+        out.append(make_prompt(pairs, query, fmt, *style, n_languages, framing, filler))
     return out
+
+
+# Plain sentences for the filler of format long; none holds a key or value word (a test checks).
+FILLER = """
+The morning was quiet and the streets were almost empty.
+A few people waited at the corner for the bus to arrive.
+Someone had left a newspaper on the bench near the station.
+The weather report said that the afternoon would be calm.
+In the library, students read in silence at the long desks.
+An old clock above the entrance struck the hour twice.
+The baker opened the shop a little later than usual.
+Children walked to school in small groups, talking loudly.
+A delivery van stopped in front of the post office.
+The museum announced a new exhibition for the coming month.
+Two friends met for coffee and talked about their plans.
+The town council discussed the repairs of the main square.
+""".strip().splitlines()
+
+
+def filler_text(n_words: int, seed: int = 0, path=None) -> str:
+    """About n_words words of filler (whole sentences, at least n_words): sentences drawn in a seeded order
+    from FILLER, or the text of a user's file (cut at a sentence end past n_words, or all of it)."""
+    if path is not None:
+        text = " ".join(Path(path).read_text().split())
+        if not text:
+            raise ValueError(f"filler file {path} is empty")
+        words = text.split(" ")
+        cut = next((i + 1 for i in range(n_words - 1, len(words)) if words[i].endswith((".", "!", "?"))), len(words))
+        return " ".join(words[:cut])
+    rng, out = random.Random(seed), []
+    while sum(len(s.split()) for s in out) < n_words:
+        out += rng.sample(FILLER, len(FILLER))
+    words = 0
+    for i, sentence in enumerate(out):
+        words += len(sentence.split())
+        if words >= n_words:
+            return " ".join(out[: i + 1])
+    return " ".join(out)
 
 
 def clean_corrupt_pairs(prompts: list[Prompt], seed: int, n_languages: int = 2):
@@ -249,7 +388,7 @@ def clean_corrupt_pairs(prompts: list[Prompt], seed: int, n_languages: int = 2):
         pairs = list(p.pairs)
         (kq, vq), (kj, vj) = pairs[p.query], pairs[j]
         pairs[p.query], pairs[j] = (kq, vj), (kj, vq)
-        out.append((p, make_prompt(pairs, p.query, p.fmt, p.language, p.persona, n_languages)))
+        out.append((p, like(p, pairs, p.query, n_languages)))
     return out
 
 
@@ -259,39 +398,8 @@ def donor_host_pairs(prompts: list[Prompt], seed: int, n_languages: int = 2):
     out = []
     for p in prompts:
         b = rng.choice([i for i in range(len(p.pairs)) if i != p.query])
-        out.append((p, make_prompt(list(p.pairs), b, p.fmt, p.language, p.persona, n_languages)))
+        out.append((p, like(p, list(p.pairs), b, n_languages)))
     return out
-
-
-POSITION_SETS = ("final", "question", "dict", "all")
-
-
-def token_positions(prompt: Prompt, offsets, part: str) -> list[int]:
-    """Token indices of a part of `prompt`, from the tokenizer's character offsets.
-
-    part: a position set (final, question, dict = every key and value token, all) or a span name
-    (query, persona, cues, key{i}, value{i}). Works for any tokenizer that reports offsets.
-    """
-    if part == "all":
-        return list(range(len(offsets)))
-    if part == "final":
-        return [len(offsets) - 1]
-    if part == "dict":
-        names = [n for n in prompt.spans if n.startswith(("key", "value", "link"))]
-    elif part in prompt.spans:
-        names = [part]
-    else:
-        raise ValueError(f"unknown prompt part {part!r}; use {POSITION_SETS} or one of {sorted(prompt.spans)}")
-    out = []
-    for name in names:
-        s, e = prompt.spans[name]
-        out += [i for i, (a, b) in enumerate(offsets) if a < e and b > s and b > a]
-    return sorted(set(out))
-
-
-def entry_parts(prompt: Prompt, entry: int) -> list[str]:
-    """Span names of one dictionary entry: its key and value, and in hop the link in both tables."""
-    return [n for n in (f"key{entry}", f"link{entry}", f"linkkey{entry}", f"value{entry}") if n in prompt.spans]
 
 
 TOKEN_ROLES = ("key", "value", "question", "final", "other")
