@@ -18,6 +18,7 @@ from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import check_source, read_config
 from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
+from hybridlens.tasks import settings as task_settings
 from hybridlens.store import sweep_temporaries
 
 # Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
@@ -34,6 +35,10 @@ if not workflow.overwrite_configfiles:
 # One line naming the offending key first; snakemake's validate then fills the defaults.
 check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
 validate(config, "../config/schema.yaml")
+# Each task's kind fills its own defaults and checks its own keys (a JSONL task's file, line by line).
+config["tasks"] = {
+    name: task_settings(name, spec) for name, spec in config["tasks"].items()
+}
 
 
 wildcard_constraints:
@@ -150,6 +155,12 @@ def model_input(wildcards):
     if is_realshape(wildcards.model):
         return f"results/models/{wildcards.model}/config.json"
     return shipped(wildcards.model) or []
+
+
+def task_files(wildcards):
+    """The files a task reads (a JSONL task's prompts, a long format's filler), so that editing one reruns it."""
+    task = config["tasks"][wildcards.task]
+    return [f for f in (task.get("file"), task.get("filler_file")) if f]
 
 
 def zoo_members():

@@ -5,6 +5,7 @@ rule extract_activations:
     # Capture write sites at every layer for one prompt set; store them and the logit-lens table.
     input:
         model_input,
+        task_files,
     output:
         h5="results/activations/{model}/{task}.h5",
         lens="results/activations/{model}/{task}.lens.tsv",

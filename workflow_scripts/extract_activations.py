@@ -8,18 +8,18 @@ with script_log(snakemake) as log:
     from hybridlens.experiments.extract import extract, logit_lens
     from hybridlens.models.adapter import load_model
     from hybridlens.store import provenance, write_store
-    from hybridlens.tasks.prompt_sets import prompt_set
+    from hybridlens.tasks import items
 
     torch.set_num_threads(snakemake.threads)
     task, cfg = snakemake.params.task, snakemake.params.extract
     hm = load_model(**snakemake.params.model)
-    prompts, counts = prompt_set(hm, task, snakemake.params.n_languages)
-    log.info("single-token words for this tokenizer: %s", counts)
+    prompts, counts = items(hm, task, snakemake.params.n_languages)
+    log.info("task %s: %s", snakemake.wildcards.task, counts)
     sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in cfg["sites"]]
     sites += [f"layers.{layer}.layer_out" for layer in range(hm.n_layers)]
     data = extract(hm, prompts, list(dict.fromkeys(sites)), cfg["position_set"], cfg["batch_size"])
     pd.DataFrame(logit_lens(hm, data)).to_csv(snakemake.output.lens, sep="\t", index=False)
     keep = {k: v for k, v in data.items() if not k.endswith("layer_out") or "layer_out" in cfg["sites"]}
-    attrs = provenance(hm.source, snakemake.params.config_hash, hm.tokenizer, task["seed"], hm.model.dtype)
+    attrs = provenance(hm.source, snakemake.params.config_hash, hm.tokenizer, task.get("seed", 0), hm.model.dtype)
     write_store(snakemake.output.h5, keep, attrs | {"kinds": ",".join(hm.kinds)}, "activations", cfg["dtype"])
     log.info("stored %d datasets for %d prompts", len(keep), len(prompts))

@@ -1,1 +1,49 @@
-"""Prompt generators (dictionary retrieval with language and persona style channels), prompt sets and batching."""
+"""Tasks: where items come from. One module per task, one line each in TASKS, as models/families/ holds the
+families. The experiments see items (tasks.items) and token positions; the workflow asks this registry for a
+configured task's settings (at parse time, without torch) and its items.
+
+TASKS     kind -> the module that makes its items: DEFAULTS (its config keys; None = required),
+          check(settings, where) and items(hm, settings, n_languages) -> (items, counts)
+kind_of   a config task's kind: `kind`, else jsonl where it names a `file`, else dictionary
+settings  a config task with its kind's defaults, checked; a key of another kind is refused in one line
+items     (items, counts) of a config task for one model
+"""
+
+import importlib
+
+TASKS = {
+    "dictionary": "hybridlens.tasks.dictionary",  # the paper's key=value retrieval, generated from a seed
+    "jsonl": "hybridlens.tasks.jsonl",  # a user's own prompts, one item per line of a file
+}
+
+
+def kind_of(spec: dict) -> str:
+    kind = spec.get("kind") or ("jsonl" if "file" in spec else "dictionary")
+    if kind not in TASKS:
+        raise ValueError(f"unknown task kind {kind!r}; use one of {sorted(TASKS)}")
+    return kind
+
+
+def module(kind: str):
+    return importlib.import_module(TASKS[kind])
+
+
+def settings(name: str, spec: dict) -> dict:
+    """The task `name` of the config with its kind's defaults filled in, every key and value checked."""
+    where = f"config tasks.{name}"
+    kind = kind_of(spec)
+    task = module(kind)
+    foreign = sorted(set(spec) - set(task.DEFAULTS) - {"kind"})
+    if foreign:
+        raise ValueError(f"{where}: key {foreign[0]!r} is not one of a {kind} task's keys {sorted(task.DEFAULTS)}")
+    missing = [k for k, v in task.DEFAULTS.items() if v is None and k not in spec]
+    if missing:
+        raise ValueError(f"{where}: a {kind} task needs the key {missing[0]!r}")
+    out = {k: v for k, v in task.DEFAULTS.items() if v is not None} | dict(spec) | {"kind": kind}
+    task.check(out, where)
+    return out
+
+
+def items(hm, spec: dict, n_languages: int):
+    """(items, counts) of a config task (settings()) for one model."""
+    return module(kind_of(spec)).items(hm, spec, n_languages)
