@@ -15,6 +15,7 @@ from hybridlens.errors import UserError
 from hybridlens.experiments.circuit import VALIDATIONS as CIRCUIT_VALIDATIONS
 from hybridlens.experiments.zoo import check_from, check_toy, check_trained_format
 from hybridlens.models.families import FAMILIES, check_family
+from hybridlens.models.realshape import publisher
 from hybridlens.models.source import check_source, read_config
 from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
@@ -128,6 +129,11 @@ def check_sources():
                 "model_type"
             )
             check_family(model_type, entry["family"], f"config models.{name} ({path})")
+            if entry["source"]["realshape"].get("tokenizer") == "qwen" and publisher(path) != "Qwen":
+                raise ValueError(
+                    f"{where}.realshape.tokenizer: qwen is Qwen's tokenizer and {path.name} is not a Qwen "
+                    "model; use tokenizer: trained"
+                )
         elif not is_toy(name):
             hub = not Path(entry["source"]).expanduser().exists()
             if hub and not workflow.is_main_process:

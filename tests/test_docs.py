@@ -79,3 +79,16 @@ def test_the_adding_a_family_example_is_the_shipped_module():
     module = (DOCS.parent / "src/hybridlens/models/families/bamba.py").read_text()
     rows = (DOCS.parent / "tests/models/test_families.py").read_text()
     assert blocks[0] in module and blocks[1].splitlines()[1] in rows
+
+
+def test_the_tasks_page_documents_every_task_key_and_every_jsonl_field():
+    import yaml
+
+    from hybridlens.tasks import TASKS, module
+
+    schema = yaml.safe_load((DOCS.parent / "config/schema.yaml").read_text())["properties"]["tasks"]
+    keys = set(schema["additionalProperties"]["properties"])
+    assert keys == {"kind"} | {k for kind in TASKS for k in module(kind).DEFAULTS}  # the schema is the registry's
+    text = (DOCS / "tasks.md").read_text()
+    missing = [k for k in sorted(keys - {"kind"}) + sorted(module("jsonl").FIELDS) if f"`{k}`" not in text]
+    assert not missing, f"docs/tasks.md does not document {missing}"

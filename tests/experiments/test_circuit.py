@@ -115,6 +115,7 @@ def test_a_config_sections_reader_key_holds_the_reference_search_to_the_last_lay
     section = {"n_pairs": 4, "format": "chat", "localize_seed": 0, "localize_n": 8}
     circuit, _, readers = localize_reference(hm, section, 2)
     assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (readers[0]["layer"], readers[0]["head"])
+    assert circuit["task"] == {"format": "chat", "framing": "toy", "keys": 62, "values": 64, "languages": 2}
     circuit, _, _ = localize_reference(hm, section | {"reader": "last"}, 2)
     best = next(r for r in readers if r["layer"] == hm.attention_layers()[-1])
     assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (best["layer"], best["head"])

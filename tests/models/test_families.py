@@ -210,3 +210,28 @@ def test_attention_weights_are_read_per_layer(fm):
     assert len(reference) == len(layers)
     for layer, ref in zip(layers, reference, strict=True):
         assert_paths_close(attn[layer], ref[:, :, -1].float())
+
+
+@torch.no_grad()
+def test_a_left_padded_batch_equals_each_prompt_alone(fm):
+    """Prompts of different lengths share a batch where the family says its padded forward is the unpadded
+    one (Family.left_padding): at every real position the logits and every write site, and after the prompt
+    every linear layer's cached states, equal each prompt's own forward, within the path allowance."""
+    hm, _, _ = fm
+    assert hm.family.left_padding
+    prompts = [make_prompts(seed, 1, n_pairs, "chat")[0] for seed, n_pairs in ((0, 2), (1, 4), (2, 3))]
+    ids = [hm.tokenizer(p.text, add_special_tokens=False)["input_ids"] for p in prompts]
+    padded, mask, shifts = hm.pad(ids)
+    assert sorted(shifts)[0] == 0 and len(set(shifts)) == 3 and max(shifts) > 4  # more than a conv's window
+    sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in WRITE_SITES]
+    states = [f"layers.{layer}.{name}" for layer in hm.linear_layers() for name in hm.state_sites]
+    cache = hm.new_cache()
+    batch = run(hm, padded, capture=sites, cache=cache, attention_mask=mask)
+    for i, (x, s) in enumerate(zip(ids, shifts, strict=True)):
+        own_cache = hm.new_cache()
+        own = run(hm, torch.tensor([x]), capture=sites, cache=own_cache)
+        assert_paths_close(batch.logits[i, s:], own.logits[0], f"item {i} logits")
+        for site in sites:
+            assert_paths_close(batch.captured[site][i, s:], own.captured[site][0], f"item {i} {site}")
+        for site in states:
+            assert_paths_close(hm.read_cache(cache, site)[i], hm.read_cache(own_cache, site)[0], f"item {i} {site}")

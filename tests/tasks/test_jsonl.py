@@ -115,3 +115,35 @@ def test_a_chat_model_frames_jsonl_turns_and_reads_raw_text_as_it_is():
     assert len(query) == 2 and hm.tokenizer.decode(batch.ids[0, query]) == " harp"
     assert hm.tokenizer.decode(batch.choices[0]) == " honey"
     assert transplant(hm, [grape.partners["donor"]], [grape], ["layers.0.mixer_out"], "query").shape == (1, len(tok))
+
+
+def test_extraction_pads_items_of_different_lengths_and_equals_them_one_by_one(hm, monkeypatch):
+    import dataclasses
+
+    from hybridlens.tasks.prompt_sets import batches
+
+    items = load(EXAMPLE)
+    assert len({len(ids) for ids in hm.tokenize([turns(it) for it in items])[0]}) == 4  # four lengths
+    sites = [f"layers.{i}.layer_out" for i in range(hm.n_layers)]
+    alone = extract(hm, items, sites, "final", batch_size=1)
+    padded = extract(hm, items, sites, "final", batch_size=4)
+    assert len(list(batches(hm, items, 4))) == 1  # one padded forward for four lengths
+    monkeypatch.setattr(hm, "family", dataclasses.replace(hm.family, left_padding=False))
+    grouped = extract(hm, items, sites, "final", batch_size=4)
+    assert len(list(batches(hm, items, 4))) == 4  # a family that does not pad exactly: one length per batch
+    for site in sites:
+        assert_paths_close(torch.as_tensor(padded[site]), torch.as_tensor(alone[site]), site)
+        assert torch.equal(torch.as_tensor(grouped[site]), torch.as_tensor(alone[site]))  # batches of one
+    for key in ("positions", "answer_ids"):
+        assert (padded[key] == alone[key]).all() and (grouped[key] == alone[key]).all()
+
+
+def test_the_registry_gives_a_configured_tasks_items_and_counts(hm, tmp_path):
+    import hybridlens.tasks.items  # noqa: F401  (the submodule beside the registry's function)
+
+    mine = tasks.settings("mine", {"file": EXAMPLE})
+    items, counts = tasks.items_of(hm, mine, 2)
+    assert [it.name for it in items] == ["grape", "otter", "prefilled", "raw"]
+    assert counts == {"items": 4, "donor": 2, "corrupt": 1}
+    prompts, counts = tasks.items_of(hm, tasks.settings("chat4", {"n_pairs": 4, "n": 3}), 2)
+    assert len(prompts) == 3 and prompts[0].framing == "toy" and counts["languages"] == 2

@@ -68,11 +68,15 @@ def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, fra
 
 # --- localization ----------------------------------------------------------------------------------------------
 def localize_reference(hm, settings: dict, n_languages: int):
-    """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n)."""
+    """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n);
+    the circuit's "task" records the prompts' format and framing and the single-token words kept."""
     reference = {k: settings[k] for k in ("n_pairs", "format")} | {"framing": settings.get("framing", "auto")}
     reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
-    prompts, _ = prompt_set(hm, reference, n_languages)
-    return localize(hm, prompts, search=settings.get("reader", "any"))
+    prompts, counts = prompt_set(hm, reference, n_languages)
+    circuit, ablation, readers = localize(hm, prompts, search=settings.get("reader", "any"))
+    # the words this tokenizer keeps as single tokens, and how the prompts were rendered
+    circuit["task"] = {"format": reference["format"], "framing": prompts[0].framing, **counts}
+    return circuit, ablation, readers
 
 
 def localize(hm, prompts: list[Prompt], distractor_seed: int = 0, search: str = "any"):

@@ -10,12 +10,12 @@ import torch
 from hybridlens.interventions.on_items import answer_tokens
 from hybridlens.interventions.patch import run
 from hybridlens.tasks.items import token_positions
-from hybridlens.tasks.prompt_sets import batches_by_length
+from hybridlens.tasks.prompt_sets import batches
 
 
 @torch.no_grad()
 def extract(hm, prompts, sites, position_set="final", batch_size=16):
-    """Captured activations for every prompt.
+    """Captured activations for every prompt, of any lengths (prompt_sets.batches pads where it is exact).
 
     Returns a dict: site -> float32 array [prompts, P, d_model], plus "input_ids" [prompts, pos]
     (position_set "all" needs one token length), "positions" [prompts, P] and "answer_ids" [prompts].
@@ -23,15 +23,16 @@ def extract(hm, prompts, sites, position_set="final", batch_size=16):
     sites = [str(s) for s in sites]
     out = {s: [None] * len(prompts) for s in sites}
     ids_all, pos_all = [None] * len(prompts), [None] * len(prompts)
-    for chunk, ids, offsets in batches_by_length(hm, prompts, batch_size):
+    for chunk, ids, mask, shifts, offsets in batches(hm, prompts, batch_size):
         positions = [token_positions(prompts[i], off, position_set) for i, off in zip(chunk, offsets, strict=True)]
         if len({len(p) for p in positions}) != 1:
             raise ValueError(f"position set {position_set!r} has different sizes within a batch; use 'final'")
-        res = run(hm, ids, capture=sites, positions=positions, logits_to_keep=1)
+        padded = [[p + s for p in at] for at, s in zip(positions, shifts, strict=True)]
+        res = run(hm, ids, capture=sites, positions=padded, logits_to_keep=1, attention_mask=mask)
         for j, i in enumerate(chunk):
             for s in sites:
                 out[s][i] = res.captured[s][j].float().cpu().numpy()
-            ids_all[i], pos_all[i] = ids[j].cpu().numpy(), np.array(positions[j])
+            ids_all[i], pos_all[i] = ids[j, shifts[j] :].cpu().numpy(), np.array(positions[j])
     data = {s: np.stack(v) for s, v in out.items()}
     data["input_ids"] = np.stack(ids_all) if len({len(x) for x in ids_all}) == 1 else np.zeros((len(prompts), 0))
     data["positions"] = np.stack(pos_all)

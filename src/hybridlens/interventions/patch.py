@@ -49,7 +49,7 @@ class RunResult:
     cache: object = None
 
 
-def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logits_to_keep=0):
+def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logits_to_keep=0, attention_mask=None):
     """One forward of `hm` with captures and patches.
 
     Args:
@@ -59,6 +59,7 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
         patch: {site: (positions, values [batch, P, d_model])} or {site: fn(tensor [batch, pos, d]) -> tensor}.
         cache: a transformers cache to continue from / fill.
         logits_to_keep: 0 keeps all positions, k the last k (saves the unembedding on long prompts).
+        attention_mask: [batch, pos], 0 at left padding (HybridModel.pad); None: no padding.
     """
     capture = [str(s) for s in capture]
     patch = {str(s): edit for s, edit in (patch or {}).items()}
@@ -72,7 +73,13 @@ def run(hm, input_ids, capture=(), positions=None, patch=None, cache=None, logit
             edit = scatter_at(position_index(pos, batch, seq_len, input_ids.device), values)
         modules[site], options[site] = site_hook(hm, site, capture=site in capture, edit=edit)
     with TraceDict(modules, options) as traces:
-        out = hm.model(input_ids, cache=cache, use_cache=cache is not None, logits_to_keep=logits_to_keep)
+        out = hm.model(
+            input_ids,
+            attention_mask=attention_mask,
+            cache=cache,
+            use_cache=cache is not None,
+            logits_to_keep=logits_to_keep,
+        )
     captured = {}
     for site in capture:
         full = retained(traces[site])

@@ -323,6 +323,16 @@ class HybridModel:
             raise ValueError(f"texts of one batch tokenize to different lengths {sorted(lengths)}; batch by length")
         return torch.tensor(ids, device=self.device), offsets
 
+    def pad(self, ids) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Token id lists of any lengths, left-padded to one: (ids [B, T], attention mask [B, T], each
+        item's padding, which shifts its positions). Pad tokens are masked, so their id does not matter."""
+        length = max(map(len, ids))
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        shifts = [length - len(x) for x in ids]
+        padded = torch.tensor([[pad] * s + list(x) for s, x in zip(shifts, ids, strict=True)], device=self.device)
+        mask = torch.tensor([[0] * s + [1] * len(x) for s, x in zip(shifts, ids, strict=True)], device=self.device)
+        return padded, mask, shifts
+
     def token_id(self, word: str) -> int:
         """The single token of `word` as it follows a space in the prompts (BPE tokenizers fold the space in)."""
         ids = self.tokenizer(" " + word, add_special_tokens=False)["input_ids"]

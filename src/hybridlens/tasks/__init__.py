@@ -6,7 +6,7 @@ TASKS     kind -> the module that makes its items: DEFAULTS (its config keys; No
           check(settings, where) and items(hm, settings, n_languages) -> (items, counts)
 kind_of   a config task's kind: `kind`, else jsonl where it names a `file`, else dictionary
 settings  a config task with its kind's defaults, checked; a key of another kind is refused in one line
-items     (items, counts) of a config task for one model
+items_of  (items, counts) of a config task for one model
 """
 
 import importlib
@@ -44,6 +44,6 @@ def settings(name: str, spec: dict) -> dict:
     return out
 
 
-def items(hm, spec: dict, n_languages: int):
+def items_of(hm, spec: dict, n_languages: int):
     """(items, counts) of a config task (settings()) for one model."""
     return module(kind_of(spec)).items(hm, spec, n_languages)

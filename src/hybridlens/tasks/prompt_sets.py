@@ -2,6 +2,7 @@
 
 vocabulary         keys, value concepts and languages whose words are single tokens for the model's tokenizer
 prompt_set         a task's prompts over that vocabulary
+batches            (indices, input ids, mask, paddings, offsets) per batch, left-padded where the family pads exactly
 batches_by_length  (indices, input ids, offsets) per batch of prompts of one token length, shortest first
 item_batches       batches of items whose prompts (host, donor, ...) each share a token length, groups as first seen
 """
@@ -129,6 +130,23 @@ def batches_by_length(hm, prompts, batch_size):
             chunk = idx[start : start + batch_size]
             ids = torch.tensor([all_ids[i] for i in chunk], device=hm.device)
             yield chunk, ids, [all_offsets[i] for i in chunk]
+
+
+def batches(hm, prompts, batch_size):
+    """Yield (indices, input_ids, attention mask or None, paddings, offsets): prompts of any lengths, shortest
+    first, left-padded to one length per batch (HybridModel.pad) where the model's family pads exactly; else
+    batches of one length (batches_by_length). A batch without padding gets no mask, so it runs the very
+    forward an unpadded batch runs."""
+    if not hm.family.left_padding:
+        for chunk, ids, offsets in batches_by_length(hm, prompts, batch_size):
+            yield chunk, ids, None, [0] * len(chunk), offsets
+        return
+    all_ids, all_offsets = hm.tokenize([turns(p) for p in prompts])
+    order = sorted(range(len(prompts)), key=lambda i: len(all_ids[i]))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        ids, mask, shifts = hm.pad([all_ids[i] for i in chunk])
+        yield chunk, ids, mask if any(shifts) else None, shifts, [all_offsets[i] for i in chunk]
 
 
 def item_batches(hm, items, prompts_of, batch_size):

@@ -250,6 +250,13 @@ def like(prompt: Prompt, pairs, query: int, n_languages: int = 2) -> Prompt:
     )
 
 
+# The paper's question and prefill around the queried key: (question, its end, (prefill before, after the key)).
+PAPER_QUESTIONS = {
+    "chat": ("Question: What is the value of ", "?", ("The value of ", " is **")),
+    "list": ("Which value does ", " map to?", ("The entry ", " maps to **")),
+}
+
+
 def _render_paper(fmt, entries, query, filler):
     """(user turn, assistant prefill, spans) in the paper's protocol. Spans index user + "\n" + prefill
     (tasks.items.turns(...).joined); entries are (key, value word)."""
@@ -272,12 +279,6 @@ def _render_paper(fmt, entries, query, filler):
             put(k, f"key{i}")
             put("=")
             put(v, f"value{i}")
-        put("\n")
-        q_start = sum(map(len, parts))
-        put("Which value does ")
-        put(key, "query")
-        put(" map to?")
-        prefill = ["The entry ", key, " maps to **"]
     else:
         put("Dictionary: ")
         for i, (k, v) in enumerate(entries):
@@ -290,12 +291,13 @@ def _render_paper(fmt, entries, query, filler):
                 put("=")
                 put(v, f"value{i}")
             put(", " if i < len(entries) - 1 else ".")
-        put("\n")
-        q_start = sum(map(len, parts))
-        put("Question: What is the value of ")
-        put(key, "query")
-        put("?")
-        prefill = ["The value of ", key, " is **"]
+    put("\n")
+    q_start = sum(map(len, parts))
+    ask, asked, prefill = PAPER_QUESTIONS["list" if fmt == "list" else "chat"]
+    put(ask)
+    put(key, "query")
+    put(asked)
+    prefill = [prefill[0], key, prefill[1]]
     text = "".join(parts)
     at = len(text) + 1  # the prefill follows the user turn and a newline in the joined turns
     spans["prefill_key"] = (at + len(prefill[0]), at + len(prefill[0]) + len(key))

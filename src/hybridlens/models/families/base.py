@@ -32,6 +32,9 @@ class Family:
     output_projection: str = "o_proj"  # attribute of attention that maps the heads, side by side, to the stream
     head_width: str = "head_dim"  # attribute of attention: how wide one head is at that projection's input
     linear_class: str | None = None  # where both mixers share one attribute: the linear one's class name
+    # Its left-padded forward (with the attention mask) equals the unpadded one at every real position, so
+    # prompts of different lengths share a batch (the property suite checks it); False: batches of one length.
+    left_padding: bool = True
 
     # --- the model -------------------------------------------------------------------------------
     def base_model(self, model):
