@@ -59,10 +59,25 @@ def test_every_experiment_ran_on_every_model_it_names(rs):
                 "identity_query": 0,
                 "identity_state": 0,
             }
-    stitch = pd.read_csv(rs / "results/stitch/qwen3_5_0_8b--granite_4_0_h_tiny/summary.tsv", sep="\t")
-    assert set(stitch["receiver"]) == {"qwen3_5_0_8b", "granite_4_0_h_tiny"}
+    for a, b in cfg["stitch"]["pairs"]:
+        stitch = pd.read_csv(rs / f"results/stitch/{a}--{b}/summary.tsv", sep="\t")
+        assert set(stitch["receiver"]) == {a, b}
     adapt = pd.read_csv(rs / "results/tables/hla_adapt.tsv", sep="\t")
     assert {m.split(":")[1] for m in adapt["mode"]} == {"before", "gdn_finetuned", "converted", "after"}
+    assert {m.split(":")[0] for m in adapt["mode"]} >= set(cfg["hla"]["adapt_models"])
+
+
+def test_a_real_tokenizer_checkpoint_reads_the_papers_prompts_in_every_experiment_it_names(rs):
+    """Qwen's real BPE, trained on none of the task words: the words kept are the ones it holds whole where
+    they stand, and the experiments run on them in full batches."""
+    cfg, name = _cfg(rs), "qwen3_5_0_8b_qwen_bpe"
+    assert name in cfg["extract"]["models"] and name in cfg["circuit"]["models"]
+    assert len(json.loads((rs / f"results/models/{name}/tokenizer.json").read_text())["model"]["vocab"]) == 151643
+    task = json.loads((rs / f"results/circuit/{name}/circuit.json").read_text())["task"]
+    assert task["framing"] == "paper" and task["languages"] == 1
+    assert 2 <= task["values"] < 64 and 2 <= task["keys"] < 62  # a real BPE splits some of the words
+    _, attrs = read_store(rs / f"results/activations/{name}/chat2.h5")
+    assert json.loads(attrs["task_counts"]) == {k: task[k] for k in ("keys", "values", "languages")}
 
 
 def test_stores_keep_float32_and_record_the_bfloat16_source(rs):

@@ -15,10 +15,11 @@ from hybridlens.interventions.engine import Runner, transplant_ids
 from hybridlens.tasks.items import choice_words, entry_parts, token_positions, turns
 
 
-def answer_tokens(hm, items, words=None) -> list[list[list[int]]]:
+def answer_tokens(hm, items, words=None, strict: bool = True) -> list[list[list[int] | None]]:
     """Per item and word (default: its choices), the word's tokens where the answer stands: the tokens that
     rendered prompt + lead + word has past the prompt's own. A word that changes the prompt's last token (it
-    merges with it) is refused: its logit cannot be read at the prompt's final position."""
+    merges with it) or holds the unknown token is refused (strict), or given as None: its logit cannot be
+    read at the prompt's final position."""
     words = [choice_words(it) for it in items] if words is None else words
     texts = [hm.render(turns(it))[0] for it in items]
     tok = hm.tokenizer
@@ -30,11 +31,14 @@ def answer_tokens(hm, items, words=None) -> list[list[list[int]]]:
         row, label = [], getattr(it, "name", "") or "item"
         for w in ws:
             ids = next(full)
+            problem = None
             if ids[: len(prompt)] != prompt or len(ids) == len(prompt):
-                raise ValueError(f"{label}: answer {w!r} merges with the prompt's last token")
-            if tok.unk_token_id is not None and tok.unk_token_id in ids[len(prompt) :]:
-                raise ValueError(f"{label}: answer {w!r} is not in the tokenizer's vocabulary")
-            row.append(ids[len(prompt) :])
+                problem = f"{label}: answer {w!r} merges with the prompt's last token"
+            elif tok.unk_token_id is not None and tok.unk_token_id in ids[len(prompt) :]:
+                problem = f"{label}: answer {w!r} is not in the tokenizer's vocabulary"
+            if problem and strict:
+                raise ValueError(problem)
+            row.append(None if problem else ids[len(prompt) :])
         out.append(row)
     return out
 

@@ -273,10 +273,15 @@ class HybridModel:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    @functools.cache  # noqa: B019 (one entry per system-turn flag, for the model's lifetime)
     def _skeleton(self, system: bool) -> tuple[str, ...]:
         """The chat template around the turns: literal pieces between which the system turn (if any) and the
-        user turn go, the last piece ending where the assistant turn starts."""
+        user turn go, the last piece ending where the assistant turn starts (rendered once per model)."""
+        known = self.__dict__.setdefault("_skeletons", {})
+        if system not in known:
+            known[system] = self._render_skeleton(system)
+        return known[system]
+
+    def _render_skeleton(self, system: bool) -> tuple[str, ...]:
         marks = ("\x00system\x00", "\x00user\x00")
         messages = [{"role": "system", "content": marks[0]}] if system else []
         text = self.tokenizer.apply_chat_template(

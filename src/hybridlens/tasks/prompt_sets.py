@@ -77,7 +77,7 @@ def _in_context_words(hm, fmt):
             probe = make_prompt(pairs if first else pairs[::-1], 0 if first else 1, fmt, framing="paper")
             probes.append((word, role, probe, "0" if first else "1"))
     _, offsets = hm.tokenize([turns(p) for _, _, p, _ in probes])
-    answers = answer_tokens(hm, [p for _, _, p, _ in probes])
+    answers = answer_tokens(hm, [p for _, _, p, _ in probes], strict=False)
     ok = {}
     for (word, role, probe, entry), off, choice in zip(probes, offsets, answers, strict=True):
         names = [role + entry] + (["query", "prefill_key"] if role == "key" else [])
@@ -89,7 +89,7 @@ def _in_context_words(hm, fmt):
             for i in token_positions(probe, off, n)
         }
         single = all(len(s) == 1 and not set(s) & others for s in spans)
-        answer = role == "key" or len(choice[int(entry)]) == 1
+        answer = role == "key" or (choice[int(entry)] is not None and len(choice[int(entry)]) == 1)
         ok[word, role] = ok.get((word, role), True) and single and answer
     keys = [k for k in KEYS + EXTRA_KEYS if ok[k, "key"]]
     return keys, [v for v in VALUES if ok[v, "value"]]
