@@ -129,7 +129,10 @@ def check_sources():
                 "model_type"
             )
             check_family(model_type, entry["family"], f"config models.{name} ({path})")
-            if entry["source"]["realshape"].get("tokenizer") == "qwen" and publisher(path) != "Qwen":
+            if (
+                entry["source"]["realshape"].get("tokenizer") == "qwen"
+                and publisher(path) != "Qwen"
+            ):
                 raise ValueError(
                     f"{where}.realshape.tokenizer: qwen is Qwen's tokenizer and {path.name} is not a Qwen "
                     "model; use tokenizer: trained"
