@@ -134,7 +134,11 @@ def test_extraction_pads_items_of_different_lengths_and_equals_them_one_by_one(h
     for site in sites:
         assert_paths_close(torch.as_tensor(padded[site]), torch.as_tensor(alone[site]), site)
         assert torch.equal(torch.as_tensor(grouped[site]), torch.as_tensor(alone[site]))  # batches of one
-    for key in ("positions", "answer_ids"):
+    ids = hm.tokenize([turns(it) for it in items])[0]
+    assert padded["lengths"].tolist() == [len(x) for x in ids]  # the store keeps each prompt's own tokens
+    assert [row[: len(x)].tolist() for row, x in zip(padded["input_ids"], ids, strict=True)] == ids
+    assert all((row[len(x) :] == -1).all() for row, x in zip(padded["input_ids"], ids, strict=True))
+    for key in ("positions", "answer_ids", "input_ids", "lengths"):
         assert (padded[key] == alone[key]).all() and (grouped[key] == alone[key]).all()
 
 

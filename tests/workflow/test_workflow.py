@@ -580,6 +580,7 @@ def test_a_jsonl_task_is_extracted_and_a_broken_line_is_refused_before_any_job(r
     answers = ["ice", "wine", "honey", "sand"]
     assert data["answer_ids"].tolist() == hm.tokenizer.convert_tokens_to_ids(answers)
     assert data["layers.0.resid_pre"].shape == (4, 1, hm.d_model)
+    assert data["input_ids"].shape == (4, data["lengths"].max()) and len(set(data["lengths"])) == 4
     lens = pd.read_csv(cwd / "results/activations/qwen_tiny/mine.lens.tsv", sep="\t")
     assert sorted(lens["prompt"].unique()) == [0, 1, 2, 3] and len(lens) == 4 * hm.n_layers
     # A line without its answer is named, with its field, when the workflow parses: no job starts.

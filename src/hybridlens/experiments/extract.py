@@ -17,8 +17,9 @@ from hybridlens.tasks.prompt_sets import batches
 def extract(hm, prompts, sites, position_set="final", batch_size=16):
     """Captured activations for every prompt, of any lengths (prompt_sets.batches pads where it is exact).
 
-    Returns a dict: site -> float32 array [prompts, P, d_model], plus "input_ids" [prompts, pos]
-    (position_set "all" needs one token length), "positions" [prompts, P] and "answer_ids" [prompts].
+    Returns a dict: site -> float32 array [prompts, P, d_model], plus "input_ids" [prompts, longest prompt]
+    (each prompt's tokens, then -1 past its end), "lengths" [prompts], "positions" [prompts, P] (position set
+    "all" needs one token length) and "answer_ids" [prompts].
     """
     sites = [str(s) for s in sites]
     out = {s: [None] * len(prompts) for s in sites}
@@ -34,7 +35,10 @@ def extract(hm, prompts, sites, position_set="final", batch_size=16):
                 out[s][i] = res.captured[s][j].float().cpu().numpy()
             ids_all[i], pos_all[i] = ids[j, shifts[j] :].cpu().numpy(), np.array(positions[j])
     data = {s: np.stack(v) for s, v in out.items()}
-    data["input_ids"] = np.stack(ids_all) if len({len(x) for x in ids_all}) == 1 else np.zeros((len(prompts), 0))
+    data["lengths"] = np.array([len(x) for x in ids_all])
+    data["input_ids"] = np.full((len(prompts), data["lengths"].max()), -1, dtype=np.int64)
+    for i, x in enumerate(ids_all):
+        data["input_ids"][i, : len(x)] = x
     data["positions"] = np.stack(pos_all)
     data["answer_ids"] = np.array([row[0][0] for row in answer_tokens(hm, prompts, [[p.answer] for p in prompts])])
     return data
