@@ -29,12 +29,60 @@ rule circuit:
             {
                 k: v
                 for k, v in config["circuit"].items()
-                if k not in {"models", *CIRCUIT_TOLERANCES}
+                if k not in {"models", "tasks", *CIRCUIT_TOLERANCES}
             }
         ),
         n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/circuit.py"
+
+
+rule circuit_task:
+    # The localized circuit's query and state transplants on a task's own items, each with a donor partner.
+    input:
+        model_input,
+        task_files,
+        circuit="results/circuit/{model}/circuit.json",
+        validated="results/circuit/{model}/validated.json",
+    output:
+        rows="results/circuit/{model}/task_{task}.csv",
+    log:
+        "logs/circuit_task/{model}/{task}.log",
+    benchmark:
+        "benchmarks/circuit_task/{model}/{task}.tsv"
+    conda:
+        "../environment.yml"
+    threads: res("cpus", 1)
+    resources:
+        mem_mb=res("mem_mb", 2000),
+        runtime=res("runtime", 20),
+        gpu=res("gpus", 0),
+    params:
+        model=model_params,
+        task=lambda wc: canonical(config["tasks"][wc.task]),
+        batch_size=config["circuit"]["batch_size"],
+        n_languages=config["zoo"]["n_languages"],
+    script:
+        "../workflow_scripts/circuit_task.py"
+
+
+rule circuit_task_table:
+    # Rates and mean D of a task's transplants per model and condition, with intervals.
+    input:
+        rows=lambda wc: circuit_tables(f"task_{wc.task}.csv"),
+    output:
+        tsv="results/tables/circuit_task_{task}.tsv",
+    log:
+        "logs/circuit_task_table/{task}.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        models=selected("circuit", "models", config["models"]),
+    script:
+        "../workflow_scripts/circuit_task_table.py"
 
 
 rule validate_circuit:

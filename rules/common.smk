@@ -19,6 +19,7 @@ from hybridlens.models.realshape import publisher
 from hybridlens.models.source import check_source, read_config
 from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
+from hybridlens.tasks import require_partner
 from hybridlens.tasks import settings as task_settings
 from hybridlens.store import sweep_temporaries
 
@@ -367,6 +368,19 @@ def check_analysed_formats():
 check_analysed_formats()
 
 
+def check_circuit_tasks():
+    """A task the circuit transplants on is configured, and each of its items names a donor."""
+    for name in config["circuit"]["tasks"]:
+        if name not in config["tasks"]:
+            raise ValueError(
+                f"config circuit.tasks: {name!r} is not under tasks: ({sorted(config['tasks'])})"
+            )
+        require_partner(config["tasks"][name], "donor", "circuit.tasks")
+
+
+check_circuit_tasks()
+
+
 def split_tables(name):
     """Per-model split-prefill tables of one kind, for the plotting rules."""
     return expand(
@@ -492,6 +506,9 @@ def final_outputs():
         ]
     if selected("circuit", "models", config["models"]):
         outputs.append("results/figures/circuit.pdf")
+        outputs += expand(
+            "results/tables/circuit_task_{task}.tsv", task=config["circuit"]["tasks"]
+        )
     if config["scale"]["models"]:
         outputs += expand("results/figures/scale_{figure}.pdf", figure=SCALE_FIGURES)
     outputs += [f"results/figures/stitch_{pair}.pdf" for pair in stitch_pairs()]

@@ -1,5 +1,6 @@
 """A user's own prompts: the JSONL task, its refusals, the task registry, and the library on its items."""
 
+import dataclasses
 import json
 
 import pytest
@@ -148,6 +149,38 @@ def test_the_registry_gives_a_configured_tasks_items_and_counts(hm, tmp_path):
     mine = tasks.settings("mine", {"file": EXAMPLE})
     items, counts = tasks.items_of(hm, mine, 2)
     assert [it.name for it in items] == ["grape", "otter", "prefilled", "raw"]
-    assert counts == {"items": 4, "donor": 2, "corrupt": 1}
+    assert counts == {"items": 4, "donor": 4, "corrupt": 1}
     prompts, counts = tasks.items_of(hm, tasks.settings("chat4", {"n_pairs": 4, "n": 3}), 2)
     assert len(prompts) == 3 and prompts[0].framing == "toy" and counts["languages"] == 2
+
+
+def test_the_circuit_transplants_on_a_jsonl_tasks_items_and_refuses_an_item_without_a_donor(hm):
+    from hybridlens.experiments.circuit import summarize_task, task_transplant
+
+    items = load(EXAMPLE)
+    circuit = {"address": {"group": 0}}
+    rows = task_transplant(hm, items, circuit, batch_size=4)
+    conditions = {(r["kind"], r["block"], r["positions"]) for r in rows}
+    blocks = ["address"] + (["control_group"] if len(hm.groups) > 1 else [])
+    # final and every span a donor and its item both name, one token each way (key0, value0, key1, ...)
+    spans = sorted(set.intersection(*(set(it.spans) & set(it.partners["donor"].spans) for it in items)))
+    assert spans == ["key0", "key1", "query", "value0", "value1"]
+    assert conditions == {("none", "", "")} | {("state", b, "final") for b in blocks} | {
+        ("query", b, p) for b in blocks for p in ["final", *spans]
+    }
+    intact = {r["item"]: r for r in rows if r["kind"] == "none"}
+    assert all(r["answers_host"] in (0, 1) and r["answers_donor"] in (0, 1) for r in rows)
+    assert {r["item"] for r in rows} == {"grape", "otter", "prefilled", "raw"}
+    moved = [r for r in rows if r["kind"] == "query" and r["positions"] == "all"]
+    assert not moved  # `all` is a position set, not a span both name
+    assert any(r["d"] != intact[r["item"]]["d"] for r in rows if r["kind"] == "query")
+    summary = summarize_task(rows, n_boot=50)
+    assert {(s["kind"], s["block"], s["positions"]) for s in summary} == conditions and all(
+        s["n"] == 4 for s in summary
+    )
+    # The item itself as its donor: every transplant gives back its own answer.
+    same = [dataclasses.replace(it, partners={"donor": it}) for it in items]
+    for r in task_transplant(hm, same, circuit, batch_size=4):
+        assert r["answers_host"] == intact[r["item"]]["answers_host"]
+    with pytest.raises(ValueError, match=r"otter: field 'donor' is missing"):
+        task_transplant(hm, [same[0], dataclasses.replace(items[1], partners={})], circuit)

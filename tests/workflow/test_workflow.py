@@ -564,17 +564,22 @@ def test_the_summary_page_quotes_each_experiments_table(run1):
         assert f"| {r['model']} | {r['parameters']} | {r['verdict']} | {r['groups_needed']} |" in page
 
 
-def test_a_jsonl_task_is_extracted_and_a_broken_line_is_refused_before_any_job(run1, tmp_path):
+def test_a_jsonl_task_is_extracted_and_transplanted_and_a_broken_line_is_refused_before_any_job(run1, tmp_path):
     cwd = tmp_path / "copy"
     shutil.copytree(run1, cwd)
     cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
     cfg["tasks"]["mine"] = {"file": "config/tasks/example.jsonl"}
     cfg["extract"]["tasks"] = ["chat4", "mine"]
+    cfg["circuit"]["tasks"] = ["mine"]
     (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    res = snakemake(cwd, "--", "results/tables/logit_lens_mine.tsv")
+    res = snakemake(cwd, "--", "results/tables/logit_lens_mine.tsv", "results/tables/circuit_task_mine.tsv")
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
     assert res.returncode == 0 and jobs.get("extract_activations") == "3", res.stderr[-2000:]
-    assert "train_toy" not in jobs  # the chat4 stores and the models stay as they are
+    assert jobs.get("circuit_task") == str(len(cfg["circuit"]["models"]))
+    assert "train_toy" not in jobs and "circuit" not in jobs  # the models and their circuits stay as they are
+    table = pd.read_csv(cwd / "results/tables/circuit_task_mine.tsv", sep="\t", keep_default_na=False)
+    assert set(table["model"]) == set(cfg["circuit"]["models"]) and (table["n"] == 4).all()
+    assert {"final", "query"} <= set(table[table["kind"] == "query"]["positions"])
     data, _ = read_store(cwd / "results/activations/qwen_tiny/mine.h5")
     hm = load_model(cwd / "results/models/qwen_tiny")
     answers = ["ice", "wine", "honey", "sand"]
@@ -585,9 +590,14 @@ def test_a_jsonl_task_is_extracted_and_a_broken_line_is_refused_before_any_job(r
     assert sorted(lens["prompt"].unique()) == [0, 1, 2, 3] and len(lens) == 4 * hm.n_layers
     # A line without its answer is named, with its field, when the workflow parses: no job starts.
     example = cwd / "config/tasks/example.jsonl"
-    example.write_text(example.read_text() + '{"prompt": "Question : What is the value of apple ?"}\n')
+    lines = example.read_text()
+    example.write_text(lines + '{"prompt": "Question : What is the value of apple ?"}\n')
     res = snakemake(cwd, "-n")
     out = res.stdout + res.stderr
-    assert res.returncode != 0 and "config/tasks/example.jsonl:5: field 'answer' is missing or empty" in out, out[
-        -2000:
-    ]
+    assert res.returncode != 0, out[-2000:]
+    assert "config/tasks/example.jsonl:5: field 'answer' is missing or empty" in out
+    # So is a line without the donor the circuit's transplant needs, while the circuit reads the task.
+    example.write_text(lines + '{"prompt": "Question : What is the value of apple ?", "answer": "fire"}\n')
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "example.jsonl:5: field 'donor' is missing; circuit.tasks needs it" in out

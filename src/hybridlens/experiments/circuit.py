@@ -9,6 +9,8 @@ localize       group ablation (zero / mean), reader search, Encode and Address b
 localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
 transplant_all the same over batches of one token length, with the control group chosen
+task_transplant  query and state transplants on any task's items with a donor partner (a user's JSONL task)
+summarize_task   its rates and mean D per condition, with bootstrap intervals
 VALIDATIONS    what transplant() checks on every batch: identity transplants, shortcut against full forward
 summarize      rates and means with bootstrap intervals, pooled over seeds
 """
@@ -22,7 +24,7 @@ import torch
 
 from hybridlens.interventions.cache import greedy
 from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
-from hybridlens.interventions.on_items import encode
+from hybridlens.interventions.on_items import answer_tokens, encode
 from hybridlens.interventions.patch import gather
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.items import POSITION_SETS
@@ -310,6 +312,92 @@ def control_group(hm, address: int | None) -> int | None:
     same = [g for g in others if len(hm.groups[g]) == len(hm.groups[address])]
     pool = same or others
     return min(pool, key=lambda g: abs(g - address)) if pool else None
+
+
+# --- a task's own items ----------------------------------------------------------------------------------------
+@torch.no_grad()
+def task_transplant(hm, items, circuit: dict, batch_size: int = 50) -> list[dict]:
+    """Per-item rows of the query and state transplants on a task's items, each with a donor partner (a JSONL
+    task's `donor`): the donor's Address-block (and control group's) writes copied into the item at the final
+    position and at every span both name, and the block's states copied in before the final token. Read out:
+    does the item now answer the donor's answer (answers_donor), still its own (answers_host), and
+    D = logit(donor's answer) - logit(its own), both first tokens where the item's answer stands."""
+    missing = [getattr(it, "name", "") or str(i) for i, it in enumerate(items) if "donor" not in it.partners]
+    if missing:
+        raise ValueError(f"{missing[0]}: field 'donor' is missing; the circuit's transplant needs a donor per item")
+    control = control_group(hm, circuit["address"]["group"])
+    blocks = {"address": circuit["address"]["group"], "control_group": control}
+    blocks = {name: gi for name, gi in blocks.items() if gi is not None}
+    shared = [set(it.spans) & set(it.partners["donor"].spans) for it in items]
+    parts = ["final", *sorted(set.intersection(*shared) if shared else set())]
+    rows = []
+    for batch in item_batches(hm, items, lambda it: (it, it.partners["donor"]), batch_size):
+        rows += _task_batch(hm, batch, blocks, parts)
+    return rows
+
+
+def _task_batch(hm, items, blocks, parts):
+    donor_items = [it.partners["donor"] for it in items]
+    own, given = encode(hm, items, choices=False), encode(hm, donor_items, choices=False)
+    answers = answer_tokens(hm, items, [[it.answer, d.answer] for it, d in zip(items, donor_items, strict=True)])
+    hosts = Runner(hm, own.ids, [[row[0][0], row[1][0]] for row in answers])
+    donors = Runner(hm, given.ids)
+    sites = [s for gi in blocks.values() for s in mixer_sites(hm.groups[gi])]
+    writes = donors.forward(capture=sites, capture_at=None)[2]  # also leaves the prefix the state transplant uses
+    rows = []
+
+    def record(kind, block, positions, logits):
+        top, d = (
+            logits.argmax(-1),
+            hosts.value_logits(logits, [1] * len(items)) - hosts.value_logits(logits, [0] * len(items)),
+        )
+        for i, it in enumerate(items):
+            rows.append(
+                {
+                    "item": getattr(it, "name", "") or str(i),
+                    "kind": kind,
+                    "block": block,
+                    "positions": positions,
+                    "answers_donor": int(top[i] == hosts.choices[i, 1]),
+                    "answers_host": int(top[i] == hosts.choices[i, 0]),
+                    "d": d[i].item(),
+                }
+            )
+
+    record("none", "", "", hosts.forward()[0])
+    final_host, final_donor = hosts.ids.shape[1] - 1, donors.ids.shape[1] - 1
+    for block, gi in blocks.items():
+        for part in parts:
+            host_at, donor_at = own.positions(part), given.positions(part)
+            if any(len(h) != len(d) or not h for h, d in zip(host_at, donor_at, strict=True)):
+                continue  # a span of other token counts cannot be transplanted one to one
+            edits = {s: Edit(host_at, gather(writes[s], donors.index(donor_at))) for s in mixer_sites(hm.groups[gi])}
+            record("query", block, part, hosts.forward(edits)[0])
+        group = hm.groups[gi]
+        states = _state_transplant(hm, donors.prefix(final_donor), hosts.prefix(final_host), hosts.ids[:, -1:], group)
+        record("state", block, "final", states)
+    return rows
+
+
+TASK_COLUMNS = ["task", "item", "kind", "block", "positions", "answers_donor", "answers_host", "d"]
+TASK_SUMMARY_COLUMNS = ["model", "task", "kind", "block", "positions", "n"]
+TASK_SUMMARY_COLUMNS += [f"{m}{s}" for m in ("answers_donor", "answers_host", "d") for s in ("", "_lo", "_hi")]
+
+
+def summarize_task(rows, n_boot: int = 2000):
+    """Per (kind, block, positions): n, and the rates and mean D with 95 % bootstrap intervals over items."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["block"], r["positions"]), []).append(r)
+    out = []
+    for (kind, block, positions), rs in groups.items():
+        row = {"kind": kind, "block": block, "positions": positions, "n": len(rs)}
+        for name in ("answers_donor", "answers_host", "d"):
+            values = np.array([r[name] for r in rs], dtype=float)
+            row[name] = values.mean()
+            row[f"{name}_lo"], row[f"{name}_hi"] = bootstrap(values, n_boot=n_boot)
+        out.append(row)
+    return out
 
 
 # One row per item and condition (transplant_all), and one per condition (summarize).

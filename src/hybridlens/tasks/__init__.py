@@ -7,6 +7,7 @@ TASKS     kind -> the module that makes its items: DEFAULTS (its config keys; No
 kind_of   a config task's kind: `kind`, else jsonl where it names a `file`, else dictionary
 settings  a config task with its kind's defaults, checked; a key of another kind is refused in one line
 items_of  (items, counts) of a config task for one model
+require_partner  refuse a task whose items do not all carry the partner an experiment needs
 """
 
 import importlib
@@ -42,6 +43,16 @@ def settings(name: str, spec: dict) -> dict:
     out = {k: v for k, v in task.DEFAULTS.items() if v is not None} | dict(spec) | {"kind": kind}
     task.check(out, where)
     return out
+
+
+def require_partner(spec: dict, partner: str, who: str) -> None:
+    """Refuse, in one line naming the item and the field, a task whose items do not all carry `partner`
+    (parse time, no model): an experiment that pairs every item with one (`who`) cannot run on it."""
+    if kind_of(spec) != "jsonl":
+        raise ValueError(f"config {who}: a {kind_of(spec)} task makes its own partners; name a jsonl task here")
+    for item in module("jsonl").load(spec["file"]):
+        if partner not in item.partners:
+            raise ValueError(f"{item.name}: field {partner!r} is missing; {who} needs it on every line")
 
 
 def items_of(hm, spec: dict, n_languages: int):
