@@ -347,10 +347,8 @@ def _task_batch(hm, items, blocks, parts):
     rows = []
 
     def record(kind, block, positions, logits):
-        top, d = (
-            logits.argmax(-1),
-            hosts.value_logits(logits, [1] * len(items)) - hosts.value_logits(logits, [0] * len(items)),
-        )
+        top = logits.argmax(-1)
+        d = hosts.value_logits(logits, [1] * len(items)) - hosts.value_logits(logits, [0] * len(items))
         for i, it in enumerate(items):
             rows.append(
                 {
