@@ -527,6 +527,11 @@ def summary_tables(wildcards=None):
         and "results/tables/circuit_transplant.tsv",
         "circuit_validations": selected("circuit", "models", config["models"])
         and "results/tables/circuit_validations.tsv",
+        "circuit_tasks": selected("circuit", "models", config["models"])
+        and [
+            f"results/tables/circuit_task_{task}.tsv"
+            for task in config["circuit"]["tasks"]
+        ],
         "split_prefill": selected("split_prefill", "models", config["models"])
         and "results/tables/split_prefill_retention.tsv",
         "scale": config["scale"]["models"] and "results/scale/sizes.tsv",

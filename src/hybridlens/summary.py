@@ -56,6 +56,25 @@ def _circuit(path):
     return "Encode–Address circuit: redirect rate of the final-position query transplant", _table(header, rows)
 
 
+def _circuit_tasks(paths):
+    """Per model and task of circuit.tasks: how often the item answers its donor's answer after each
+    final-position transplant."""
+    conditions = [("none", ""), ("query", "address"), ("query", "control_group"), ("state", "address")]
+    rows = []
+    for path in paths:
+        t = _read(path).fillna("")
+        for (model, task), g in t.groupby(["model", "task"], sort=False):
+            cells = []
+            for kind, block in conditions:
+                r = g[(g["kind"] == kind) & (g["block"] == block) & g["positions"].isin(["final", ""])]
+                cells.append(
+                    _ci(*r.iloc[0][["answers_donor", "answers_donor_lo", "answers_donor_hi"]]) if len(r) else "–"
+                )
+            rows.append([model, task, g["n"].iloc[0], *cells])
+    header = ["model", "task", "items", "no transplant", "Address block", "control group", "state transplant"]
+    return "Circuit on your own items: rate of answering the donor's answer", _table(header, rows)
+
+
 def _validations(path):
     """Every built-in check of every model: its two computations' difference against the tolerance."""
     t = _read(path)
@@ -164,6 +183,7 @@ SECTIONS = {
     "zoo": _zoo,
     "circuit": _circuit,
     "circuit_validations": _validations,
+    "circuit_tasks": _circuit_tasks,
     "split_prefill": _split,
     "scale": _scale,
     "stitch": _stitch,

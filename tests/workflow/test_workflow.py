@@ -572,7 +572,7 @@ def test_a_jsonl_task_is_extracted_and_transplanted_and_a_broken_line_is_refused
     cfg["extract"]["tasks"] = ["chat4", "mine"]
     cfg["circuit"]["tasks"] = ["mine"]
     (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    res = snakemake(cwd, "--", "results/tables/logit_lens_mine.tsv", "results/tables/circuit_task_mine.tsv")
+    res = snakemake(cwd, "--", "results/tables/logit_lens_mine.tsv", "results/summary.md")
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
     assert res.returncode == 0 and jobs.get("extract_activations") == "3", res.stderr[-2000:]
     assert jobs.get("circuit_task") == str(len(cfg["circuit"]["models"]))
@@ -580,6 +580,12 @@ def test_a_jsonl_task_is_extracted_and_transplanted_and_a_broken_line_is_refused
     table = pd.read_csv(cwd / "results/tables/circuit_task_mine.tsv", sep="\t", keep_default_na=False)
     assert set(table["model"]) == set(cfg["circuit"]["models"]) and (table["n"] == 4).all()
     assert {"final", "query"} <= set(table[table["kind"] == "query"]["positions"])
+    section = (cwd / "results/summary.md").read_text().split("## Circuit on your own items")[1].split("## ")[0]
+    for model in cfg["circuit"]["models"]:
+        r = table.query("model == @model and kind == 'state' and block == 'address'")
+        row = next(line for line in section.splitlines() if line.startswith(f"| {model} | mine | 4 |"))
+        cell = "–" if r.empty else f"{r.iloc[0]['answers_donor']:.3f} [{r.iloc[0]['answers_donor_lo']:.3f}, "
+        assert row.split(" | ")[-1].startswith(cell), row
     data, _ = read_store(cwd / "results/activations/qwen_tiny/mine.h5")
     hm = load_model(cwd / "results/models/qwen_tiny")
     answers = ["ice", "wine", "honey", "sand"]
