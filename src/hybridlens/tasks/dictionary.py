@@ -8,7 +8,7 @@ items     (prompts, counts) over the words that are single tokens for the model'
 
 from pathlib import Path
 
-from hybridlens.tasks.retrieval import FRAMINGS, PAPER_FORMATS, TOY_FORMATS
+from hybridlens.tasks.retrieval import ALL_FORMATS, FRAMINGS, PAPER_FORMATS, TOY_FORMATS
 
 DEFAULTS = {
     "format": "chat",
@@ -22,12 +22,11 @@ DEFAULTS = {
 
 
 def check(spec: dict, where: str) -> None:
-    formats = tuple(dict.fromkeys(TOY_FORMATS + PAPER_FORMATS))
-    if spec["format"] not in formats:
-        raise ValueError(f"{where}.format: {spec['format']!r} is not a format; use one of {formats}")
+    if spec["format"] not in ALL_FORMATS:
+        raise ValueError(f"{where}.format: {spec['format']!r} is not a format; use one of {ALL_FORMATS}")
     if spec["framing"] not in ("auto", *FRAMINGS):
         raise ValueError(f"{where}.framing: {spec['framing']!r}; use auto, toy or paper")
-    only = {"paper": PAPER_FORMATS, "toy": TOY_FORMATS}.get(spec["framing"], formats)
+    only = {"paper": PAPER_FORMATS, "toy": TOY_FORMATS}.get(spec["framing"], ALL_FORMATS)
     if spec["format"] not in only:
         raise ValueError(f"{where}: format {spec['format']} has no {spec['framing']} framing; use one of {only}")
     if spec["filler_file"] and not Path(spec["filler_file"]).is_file():

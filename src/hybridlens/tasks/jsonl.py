@@ -66,18 +66,16 @@ def _item(record, where, partner=False) -> Item:
             raise ValueError(f"{where}: field {key!r} must be a string")
     if not record.get("answer"):
         raise ValueError(f"{where}: field 'answer' is missing or empty; every item needs the answer that follows")
-    turns = _turns(record, where)
-    spans, texts = {}, []
-    for segment in turns:  # spans index the non-empty turns joined by newlines (tasks.items.Turns.joined)
-        at = sum(len(t) + 1 for t in texts)
+    spans, plain, at = {}, [], 0
+    for segment in _turns(record, where):  # spans index the non-empty turns joined by newlines (Turns.joined)
         text, found = _strip_spans(segment, where)
         for name, (a, b) in found.items():
             if name in spans:
                 raise ValueError(f"{where}: span {name!r} marked twice; names are unique within an item")
             spans[name] = (a + at, b + at)
-        if text:
-            texts.append(text)
-    system, user, prefill = (_strip_spans(t, where)[0] for t in turns)
+        plain.append(text)
+        at += len(text) + 1 if text else 0
+    system, user, prefill = plain
     choices = record.get("choices", [])
     if not isinstance(choices, list) or not all(isinstance(c, str) and c for c in choices):
         raise ValueError(f"{where}: field 'choices' must be a list of non-empty strings")

@@ -47,6 +47,7 @@ TASK_FORMATS = (*FORMATS, *TRANSLATE_FORMATS, "hop", "notes")
 FRAMINGS = ("toy", "paper")
 PAPER_FORMATS = (*FORMATS, "perm", "long")
 TOY_FORMATS = (*TASK_FORMATS, "perm")
+ALL_FORMATS = tuple(dict.fromkeys(TOY_FORMATS + PAPER_FORMATS))
 NOTES = 2
 
 
@@ -227,8 +228,8 @@ def make_prompt(
     if framing not in FRAMINGS:
         raise ValueError(f"unknown framing {framing!r}; use one of {FRAMINGS}")
     formats = PAPER_FORMATS if framing == "paper" else TOY_FORMATS
-    if fmt not in TOY_FORMATS + PAPER_FORMATS:
-        raise ValueError(f"unknown task format {fmt!r}; use one of {tuple(dict.fromkeys(TOY_FORMATS + PAPER_FORMATS))}")
+    if fmt not in ALL_FORMATS:
+        raise ValueError(f"unknown task format {fmt!r}; use one of {ALL_FORMATS}")
     if fmt not in formats:
         raise ValueError(f"format {fmt!r} has no {framing} framing; use one of {formats}")
     forms = language_forms(n_languages)
