@@ -21,6 +21,7 @@ from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
 from hybridlens.tasks import require_partner
 from hybridlens.tasks import settings as task_settings
+from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
 from hybridlens.store import sweep_temporaries
 
 # Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
@@ -41,6 +42,18 @@ validate(config, "../config/schema.yaml")
 config["tasks"] = {
     name: task_settings(name, spec) for name, spec in config["tasks"].items()
 }
+STYLE_KEYS = set(STYLE_DEFAULTS) - {"seed"}
+# Split-prefill's items come from the style task, with its keys checked the same way.
+SPLIT_TASK = task_settings(
+    "split_prefill",
+    {"kind": "style"}
+    | {
+        k: config["split_prefill"][k]
+        for k in STYLE_KEYS
+        if k in config["split_prefill"]
+    },
+    where="config split_prefill",
+)
 
 
 wildcard_constraints:

@@ -26,6 +26,7 @@ rule split_prefill:
         settings=canonical(
             {k: v for k, v in config["split_prefill"].items() if k != "models"}
         ),
+        task=canonical(SPLIT_TASK),
         n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/split_prefill.py"

@@ -5,22 +5,23 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
-    from hybridlens.experiments.split_prefill import attribution, make_items, retention, run_items
+    from hybridlens import tasks
+    from hybridlens.experiments.split_prefill import attribution, retention, run_items, samples
     from hybridlens.models.adapter import load_model
-    from hybridlens.tasks.vocab import PERSONAS
 
     torch.set_num_threads(snakemake.threads)
-    s, n_languages = snakemake.params.settings, snakemake.params.n_languages
-    markers = s["persona_markers"] or {p: [m] for p, m in PERSONAS.items()}
+    s, task, n_languages = snakemake.params.settings, snakemake.params.task, snakemake.params.n_languages
     hm = load_model(**snakemake.params.model)
+    lexicon = tasks.module("style").lexicon(hm, task, n_languages)
+    n_new = s["n_new"] or lexicon.n_new
     rows = []
     for seed in s["seeds"]:
-        items = make_items(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)
-        rows += run_items(hm, items, s["n_new"], markers, n_languages, s["batch_size"])
-        log.info("seed %d: %d items under every condition", seed, len(items))
+        items, counts = tasks.items_of(hm, task | {"seed": seed}, n_languages)
+        rows += run_items(hm, items, n_new, lexicon, seed, s["batch_size"])
+        log.info("seed %d: %d items (%s lexicon, %s) under every condition", seed, len(items), lexicon.kind, counts)
     rows = pd.DataFrame(rows)
     rows.to_csv(snakemake.output.rows, sep="\t", index=False)
-    pd.DataFrame(retention(rows.to_dict("records"))).to_csv(snakemake.output.retention, sep="\t", index=False)
-    pd.DataFrame(attribution(rows.to_dict("records"))).to_csv(snakemake.output.swap, sep="\t", index=False)
-    first = rows[rows["seed"] == s["seeds"][0]]
-    first[first["item"] < s["n_samples"]].to_csv(snakemake.output.samples, sep="\t", index=False)
+    records = rows.to_dict("records")
+    pd.DataFrame(retention(records)).to_csv(snakemake.output.retention, sep="\t", index=False)
+    pd.DataFrame(attribution(records)).to_csv(snakemake.output.swap, sep="\t", index=False)
+    pd.DataFrame(samples(records, s["n_samples"])).to_csv(snakemake.output.samples, sep="\t", index=False)

@@ -89,15 +89,24 @@ def _validations(path):
 
 
 def _split(path):
-    """Content and style through each channel, and whether the intact model reads its style cues' KV."""
+    """Content and style through each channel, and whether the intact model reads its style cues' KV; the
+    persona also as a multiple of its rate without one, as the paper gives it."""
     t = _read(path)
     conditions = [c for c in ("kv_only", "state_only", "state_swap", "cues_kv_neutral") if c in set(t["condition"])]
     rows = []
     for (model, prop), g in t.groupby(["model", "property"], sort=False):
         g = g.set_index("condition")
-        cells = [_ci(*g.loc[c, ["retention", "retention_lo", "retention_hi"]]) for c in conditions]
-        rows.append([model, prop, *cells])
-    return "Split-prefill: retention against the full cache", _table(["model", "property", *conditions], rows)
+        full = _ci(*g.loc["full", ["metric", "metric_lo", "metric_hi"]])
+        rows.append(
+            [model, prop, full, *[_ci(*g.loc[c, ["retention", "retention_lo", "retention_hi"]]) for c in conditions]]
+        )
+        if prop == "persona" and "over_baseline" in g:
+            over = [
+                _ci(*g.loc[c, ["over_baseline", "over_baseline_lo", "over_baseline_hi"]]) for c in ["full", *conditions]
+            ]
+            rows.append([model, "persona × its no-persona rate", *over])
+    header = ["model", "property", "full cache (rate)", *conditions]
+    return "Split-prefill: retention against the full cache", _table(header, rows)
 
 
 def _scale(path):

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from hybridlens.interventions.cache import CONDITIONS, channel_sites, cut, cut_at, greedy, prefill, splice
+from hybridlens.interventions.cache import CONDITIONS, channel_sites, cut, cut_at, greedy, prefill, splice, states
 from hybridlens.interventions.hooks import Trace
 from hybridlens.tasks.items import token_positions
 from hybridlens.tasks.retrieval import make_prompts
@@ -157,3 +157,39 @@ def test_source_of_another_length_is_refused(hm):
     _, short = prefill(hm, context[:, :-2])
     with pytest.raises(ValueError, match="shape"):
         cut(hm, cache, "kv", short)
+
+
+def test_a_state_from_a_context_of_another_length_is_that_contexts_whole_state(hm):
+    """The state-swap pairs A's KV with the state of a B of any length: the spliced cache holds B's state as B's
+    own prefill left it, and continuing it equals continuing A's cache with that state written in by hand."""
+    context, question = context_and_question(hm)
+    _, a = prefill(hm, context)
+    _, b = prefill(hm, context[:, :-3])  # shorter: its KV could not be spliced, its state can
+    swapped = splice(hm, a, states(hm, b))
+    assert swapped.get_seq_length() == a.get_seq_length()
+    from_cache = splice(hm, a, b)  # the other cache itself, not its states(), splices the same
+    for site, tensor in states(hm, b).items():
+        assert torch.equal(hm.read_cache(swapped, site), tensor), site
+        assert torch.equal(hm.read_cache(from_cache, site), tensor), site
+    by_hand = copy.deepcopy(a)
+    for site, tensor in states(hm, b).items():
+        hm.write_cache(by_hand, site, tensor.clone())
+    split = context.shape[1]
+    tokens, logits = greedy(hm, question, N_NEW, cache=swapped, start=split)
+    want, want_logits = greedy(hm, question, N_NEW, cache=by_hand, start=split)
+    assert torch.equal(tokens, want) and torch.equal(logits, want_logits)
+
+
+def test_cue_positions_may_differ_row_by_row(hm):
+    context, _ = context_and_question(hm)
+    _, cache = prefill(hm, context)
+    _, other = prefill(hm, torch.flip(context, [1]))
+    rows = [[1, 2], [3]][: context.shape[0]] + [[0]] * max(0, context.shape[0] - 2)
+    out = cut_at(hm, cache, rows, other)
+    for site in channel_sites(hm, "kv"):
+        keys, new = hm.read_cache(out, site)[0], hm.read_cache(other, site)[0]
+        old = hm.read_cache(cache, site)[0]
+        for row, at in enumerate(rows):
+            rest = [i for i in range(context.shape[1]) if i not in at]
+            assert torch.equal(keys[row, ..., at, :], new[row, ..., at, :]), site
+            assert torch.equal(keys[row, ..., rest, :], old[row, ..., rest, :]), site

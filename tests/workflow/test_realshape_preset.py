@@ -78,6 +78,13 @@ def test_a_real_tokenizer_checkpoint_reads_the_papers_prompts_in_every_experimen
     assert 2 <= task["values"] < 64 and 2 <= task["keys"] < 62  # a real BPE splits some of the words
     _, attrs = read_store(rs / f"results/activations/{name}/chat2.h5")
     assert json.loads(attrs["task_counts"]) == {k: task[k] for k in ("keys", "values", "languages")}
+    # Split-prefill reads it the real-text way: contexts in real languages, personas as system prompts, the
+    # state-swap run on contexts whose token lengths differ from their partners'.
+    assert name in cfg["split_prefill"]["models"]
+    rows = pd.read_csv(rs / f"results/split_prefill/{name}/items.tsv", sep="\t", keep_default_na=False)
+    assert set(rows["language_of_a"]) <= {"en", "fr", "de", "es", "ru"}
+    assert set(rows["persona_of_a"]) <= {"pirate", "cowboy", "robot", "knight"}
+    assert set(rows["condition"]) >= {"full", "state_swap", "no_persona"} and len(rows) == 2 * 8
 
 
 def test_stores_keep_float32_and_record_the_bfloat16_source(rs):

@@ -1,199 +1,200 @@
 """Split-prefill and state-swap: what the KV cache and the recurrent state each carry.
 
-Each item is a context A (persona line + dictionary, in one toy language) and the question. A is
-prefilled; its cache is edited by one of the CONDITIONS (interventions/cache.py); the question is
-continued from the edited cache and n_new tokens are generated greedily at the full prompt's positions.
+Each item (a style task item, tasks/style.py) is a context A, which sets content (facts) and style (the
+language it is written and answered in, a persona), and a question. A is prefilled; its cache is edited by
+one of the CONDITIONS (interventions/cache.py); the question is continued from the edited cache at A's
+positions and n_new tokens are generated greedily. The same item without its persona, generated from its
+whole prompt, is the no-persona baseline.
 
-Content is *which value* comes out; style is *how*: the language the value is written in and the
-persona's marker after it (a fused format: the persona the answer word is written in). For the
-state-swap, context B has the same keys in the same order but other values, another language and
-another persona, so every output can be attributed: its content to A (the KV side) or B (the state
-side), its language and persona to A or B.
+Every generation is read as text by the task's Lexicon: retrieval (the asked value is named, in any
+language), language (identified on the whole generation), persona (the rate of the persona's markers per
+generated word). For the state-swap, context B has A's keys and question but other values, another language
+and another persona, and its length may differ: its state is a fixed-size summary of all of B. So every
+output is attributed: its content to A (the KV side) or B (the state side), its language and persona too.
 
-make_items     seeded items: context A, swap partner B, a neutral context of the same length
-run_items      generations and per-item metrics under every condition
-retention      metric under each condition / metric with the full cache, with bootstrap intervals
-attribution    the state-swap table: content source x style source
+run_items    generations and per-item metrics under every condition and the no-persona baseline
+retention    metric under each condition / under the full cache and / without a persona, with intervals
+attribution  the state-swap table: content source x style source
+samples      a few items' generations side by side, condition by condition
 """
 
 import random
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from hybridlens.interventions.cache import CONDITIONS, greedy, prefill
+from hybridlens.interventions.cache import CONDITIONS, greedy, prefill, states
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.items import token_positions, turns
-from hybridlens.tasks.prompt_sets import vocabulary
-from hybridlens.tasks.retrieval import FUSED_FORMATS, Prompt, make_prompt, make_prompts
-from hybridlens.tasks.vocab import NEUTRAL, PERSONAS, fused_words, language_forms
+from hybridlens.tasks.prompt_sets import batches_by_length
 
 PROPERTIES = ("retrieval", "language", "persona")
-SOURCES = ("A", "B", "other")
-# Content also tells a wrong entry of either dictionary apart from a value in neither.
-CONTENT_SOURCES = ("A", "B", "A_dict", "B_dict", "other")
-
-
-@dataclass
-class Item:
-    seed: int
-    index: int
-    a: Prompt
-    b: Prompt  # same keys in the same order; other values, language and persona
-
-
-def make_items(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int) -> list[Item]:
-    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
-    if len(languages) < 2 or len(values) < 2 * n_pairs:
-        raise ValueError(
-            f"tokenizer of {hm.source}: the state-swap needs two languages and {2 * n_pairs} single-token values; "
-            f"it has {len(languages)} and {len(values)}; use fewer pairs"
-        )
-    rng = random.Random(seed + 7919)
-    items = []
-    for i, a in enumerate(make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)):
-        used = {v for _, v in a.pairs}
-        b_values = rng.sample([v for v in values if v not in used], n_pairs)
-        b_pairs = [(k, v) for (k, _), v in zip(a.pairs, b_values, strict=True)]
-        language = rng.choice([g for g in languages if g != a.language])
-        persona = rng.choice([p for p in PERSONAS if p != a.persona])
-        items.append(Item(seed, i, a, make_prompt(b_pairs, a.query, fmt, language, persona, n_languages)))
-    return items
-
-
-def _neutral_ids(hm, rng, shape):
-    words = hm.single_token_words([w for w in NEUTRAL if w.isalpha()])
-    ids = [hm.token_id(w) for w in words]
-    return torch.tensor([[rng.choice(ids) for _ in range(shape[1])] for _ in range(shape[0])], device=hm.device)
-
-
-class Decoder:
-    """Reads generated token ids as (concept, language) of a value, and persona markers; a fused answer word
-    (a fused format) also as its persona."""
-
-    def __init__(self, hm, n_languages: int, markers: dict[str, list[str]]):
-        self.value = {}  # token id -> (concept, language)
-        self.fused_persona = {}  # token id -> persona
-        forms = language_forms(n_languages)
-        words = [(form, concept, lang, None) for lang, t in enumerate(forms) for concept, form in t.items()]
-        words += [(w, *meaning) for w, meaning in fused_words(n_languages).items()]
-        for word, concept, lang, persona in words:
-            ids = hm.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-            if len(ids) == 1 and ids[0] != hm.tokenizer.unk_token_id:
-                self.value[ids[0]] = (concept, lang)
-                if persona:
-                    self.fused_persona[ids[0]] = persona
-        self.markers = {
-            p: {hm.tokenizer(" " + w, add_special_tokens=False)["input_ids"][0] for w in ws}
-            for p, ws in markers.items()
-        }
-
-    def persona_of(self, tokens) -> str | None:
-        """The persona whose marker comes first among `tokens` (the generation after the answer)."""
-        for t in tokens:
-            for persona, ids in self.markers.items():
-                if t in ids:
-                    return persona
-        return None
-
-
-def _source(value, a, b):
-    return "A" if value == a else "B" if value == b else "other"
-
-
-def _content_source(concept, a: Prompt, b: Prompt):
-    """A / B: the queried entry's value of that context; A_dict / B_dict: another entry's value."""
-    source = _source(concept, a.pairs[a.query][1], b.pairs[b.query][1])
-    if source == "other":
-        for name, p in (("A_dict", a), ("B_dict", b)):
-            if concept in {v for _, v in p.pairs}:
-                return name
-    return source
+BASELINE = "no_persona"  # the full cache of the item without its persona
+SOURCES = ("A", "B", "other", "none")
+# A / B: that context's asked value in its own language; *_related: the same concept in another language;
+# *_dict: another fact's value of that context; other: a value in neither; none: no value named.
+CONTENT_SOURCES = ("A", "A_related", "B", "B_related", "A_dict", "B_dict", "other", "none")
+# Neutral words for the neutral context: function words that every tokenizer keeps whole.
+NEUTRAL_WORDS = ("the", "is", "of", "and", "to", "in", "a", "that", "it", "as")
 
 
 @torch.no_grad()
-def run_items(hm, items: list[Item], n_new: int, markers: dict, n_languages: int, batch_size: int = 32):
-    """One row per (item, condition): generated text, the three metrics and the three sources."""
-    decode = Decoder(hm, n_languages, markers)
-    rng = random.Random(items[0].seed if items else 0)
+def run_items(hm, items, n_new: int, lexicon, seed: int = 0, batch_size: int = 32) -> list[dict]:
+    """One row per (item, condition) and per item of the no-persona baseline: the generation, its three
+    metrics and its three sources. Items are batched by the token lengths of their context and question
+    (no padding); B's states come from prefills of B's own lengths."""
+    rng = random.Random(seed)
+    a_ids, offsets = hm.tokenize([turns(it) for it in items])
+    splits = [token_positions(it, o, "question")[0] for it, o in zip(items, offsets, strict=True)]
+    swap = [it.partners["swap"] for it in items]
+    b_ids, b_offsets = hm.tokenize([turns(b) for b in swap])
+    b_splits = [token_positions(b, o, "question")[0] for b, o in zip(swap, b_offsets, strict=True)]
+    groups = {}
+    for i, (ids, split) in enumerate(zip(a_ids, splits, strict=True)):
+        groups.setdefault((split, len(ids) - split), []).append(i)
     rows = []
-    for start in range(0, len(items), batch_size):
-        batch = items[start : start + batch_size]
-        a_ids, offsets = hm.encode([turns(it.a) for it in batch])
-        b_ids, _ = hm.encode([turns(it.b) for it in batch])
-        if a_ids.shape != b_ids.shape:
-            raise ValueError("contexts A and B tokenize to different lengths; the swap needs one length")
-        split = token_positions(batch[0].a, offsets[0], "question")[0]
-        cues = token_positions(batch[0].a, offsets[0], "cues")
-        if any(token_positions(it.a, o, "cues") != cues for it, o in zip(batch, offsets, strict=True)):
-            raise ValueError(
-                "the style cues of one batch stand at different token positions; set split_prefill.batch_size to 1"
-            )
-        context, question = a_ids[:, :split], a_ids[:, split:]
-        _, cache_a = prefill(hm, context)
-        _, cache_b = prefill(hm, b_ids[:, :split])
-        _, cache_n = prefill(hm, _neutral_ids(hm, rng, context.shape))
-        for condition, edit in CONDITIONS.items():
-            tokens, _ = greedy(hm, question, n_new, cache=edit(hm, cache_a, cache_n, cache_b, cues), start=split)
-            for it, toks in zip(batch, tokens.tolist(), strict=True):
-                rows.append(_row(hm, decode, it, condition, toks))
-    return rows
+    for (split, _), group in groups.items():
+        for start in range(0, len(group), batch_size):
+            chunk = group[start : start + batch_size]
+            ids = torch.tensor([a_ids[i] for i in chunk], device=hm.device)
+            context, question = ids[:, :split], ids[:, split:]
+            _, cache_a = prefill(hm, context)
+            _, cache_n = prefill(hm, _neutral_ids(hm, rng, context.shape))
+            state_b = context_states(hm, [b_ids[i][: b_splits[i]] for i in chunk], batch_size)
+            cues = [token_positions(items[i], offsets[i], "cues") for i in chunk]
+            for condition, edit in CONDITIONS.items():
+                cache = edit(hm, cache_a, cache_n, state_b, cues)
+                tokens, _ = greedy(hm, question, n_new, cache=cache, start=split)
+                rows += [
+                    _row(hm, lexicon, items[i], i, seed, condition, t)
+                    for i, t in zip(chunk, tokens.tolist(), strict=True)
+                ]
+    bare = [it.partners["bare"] for it in items]
+    for chunk, ids, _ in batches_by_length(hm, bare, batch_size):
+        tokens, _ = greedy(hm, ids, n_new)
+        rows += [_row(hm, lexicon, items[i], i, seed, BASELINE, t) for i, t in zip(chunk, tokens.tolist(), strict=True)]
+    order = {c: k for k, c in enumerate([*CONDITIONS, BASELINE])}
+    return sorted(rows, key=lambda r: (r["item"], order[r["condition"]]))
 
 
-def _row(hm, decode, it: Item, condition: str, toks: list[int]) -> dict:
-    a, b = it.a, it.b
-    concept, lang = decode.value.get(toks[0], (None, None))
-    # In a fused format the persona is the answer word's own; otherwise the first marker after it.
-    persona = decode.fused_persona.get(toks[0]) if a.fmt in FUSED_FORMATS else decode.persona_of(toks[1:])
-    in_context = concept is not None and concept in {v for _, v in a.pairs}
+def context_states(hm, contexts, batch_size: int) -> dict:
+    """{site: states [len(contexts), ...]} after prefilling each context (token id lists of any lengths),
+    in batches of one length, gathered back in the contexts' order."""
+    parts, where = [], []
+    by_length = {}
+    for i, ids in enumerate(contexts):
+        by_length.setdefault(len(ids), []).append(i)
+    for group in by_length.values():
+        for start in range(0, len(group), batch_size):
+            chunk = group[start : start + batch_size]
+            _, cache = prefill(hm, torch.tensor([contexts[i] for i in chunk], device=hm.device))
+            parts.append(states(hm, cache))
+            where += chunk
+    back = torch.tensor(np.argsort(where), device=hm.device)
+    return {site: torch.cat([p[site] for p in parts]).index_select(0, back) for site in parts[0]}
+
+
+def _neutral_ids(hm, rng, shape):
+    ids = [hm.token_id(w) for w in hm.single_token_words(list(NEUTRAL_WORDS))]
+    return torch.tensor([[rng.choice(ids) for _ in range(shape[1])] for _ in range(shape[0])], device=hm.device)
+
+
+def _generated(hm, tokens) -> str:
+    """The generation up to the model's end of turn."""
+    stop = {hm.tokenizer.eos_token_id, *hm.tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])}
+    stop.discard(None)
+    stop.discard(hm.tokenizer.unk_token_id)
+    ends = [k for k, t in enumerate(tokens) if t in stop]
+    return hm.tokenizer.decode(tokens[: ends[0]] if ends else tokens, skip_special_tokens=True).strip()
+
+
+def _row(hm, lexicon, a, index: int, seed: int, condition: str, tokens) -> dict:
+    return {"seed": seed, "item": index, "condition": condition, **score(lexicon, a, _generated(hm, tokens))}
+
+
+def score(lexicon, a, generated: str) -> dict:
+    """The metrics and sources of one generation for item `a` (its swap partner is B)."""
+    b = a.partners["swap"]
+    named = lexicon.concepts(generated)
+    language, confidence = lexicon.language(generated)
+    counts = lexicon.persona_counts(generated)
+    n_words = len(lexicon.words(generated))
     return {
-        "seed": it.seed,
-        "item": it.index,
-        "condition": condition,
-        "generated": hm.tokenizer.decode(toks).strip(),
-        "expected": a.target,
-        # Content only: the queried value in any language, since the language is scored as style.
-        "retrieval": int(concept == a.pairs[a.query][1]),
-        "language": int(lang == a.language),
-        "persona": int(persona == a.persona),
-        "in_context": int(in_context),
-        "content_source": _content_source(concept, a, b),
-        "language_source": _source(lang, a.language, b.language),
-        "persona_source": _source(persona, a.persona, b.persona),
+        "generated": generated,
+        "expected": a.answer,
+        "language_of_a": a.language,
+        "persona_of_a": a.persona,
+        # Content only: the asked value in any language, since the language is scored as style.
+        "retrieval": int(any(c == a.concept for c, _ in named)),
+        "language": int(language == a.language),
+        "language_confidence": confidence,
+        "persona": counts.get(a.persona, 0) / n_words if n_words else 0.0,
+        "in_context": int(bool(named) and named[0][0] in a.concepts),
+        "content_source": content_source(named[0] if named else None, a, b),
+        "language_source": _source(language, a.language, b.language),
+        "persona_source": _source(_dominant(counts), a.persona, b.persona),
+        "identified_language": language,
     }
 
 
-def retention(rows, conditions=tuple(CONDITIONS), n_boot: int = 2000):
-    """Per (condition, property): mean metric, retention = mean / mean under full, 95 % bootstrap intervals.
+def content_source(named, a, b) -> str:
+    """Where the first value a generation names comes from (CONTENT_SOURCES)."""
+    if named is None:
+        return "none"
+    concept, language = named
+    for name, item in (("A", a), ("B", b)):
+        if concept == item.concept:
+            return name if language == item.language else f"{name}_related"
+    for name, item in (("A_dict", a), ("B_dict", b)):
+        if concept in item.concepts:
+            return name
+    return "other"
 
-    Items are resampled jointly for the condition and the full cache (paired), pooled over seeds.
-    """
+
+def _dominant(counts: dict) -> str:
+    best = max(counts.values(), default=0)
+    tied = [p for p, n in counts.items() if n == best]
+    return tied[0] if best and len(tied) == 1 else ""
+
+
+def _source(value, a, b) -> str:
+    return "none" if not value else "A" if value == a else "B" if value == b else "other"
+
+
+def retention(rows, conditions=tuple(CONDITIONS), n_boot: int = 2000) -> list[dict]:
+    """Per (condition, property): mean metric, retention = mean / mean under full, and over_baseline = mean /
+    mean without a persona (the paper's "× its no-persona rate"), each with a 95 % paired bootstrap interval
+    over items pooled over seeds."""
     by = {}
     for r in rows:
         by.setdefault(r["condition"], []).append(r)
     out = []
     for condition in conditions:
-        cond, full = by[condition], by["full"]
+        cond, full, bare = by[condition], by["full"], by[BASELINE]
         assert [(r["seed"], r["item"]) for r in cond] == [(r["seed"], r["item"]) for r in full]
+        assert [(r["seed"], r["item"]) for r in cond] == [(r["seed"], r["item"]) for r in bare]
+        seeds = sorted({r["seed"] for r in cond})
         for prop in PROPERTIES:
-            pair = np.array([[f[prop], c[prop]] for f, c in zip(full, cond, strict=True)], dtype=float)
-            ratio = _ratio
-            lo, hi = bootstrap(pair, ratio, n_boot=n_boot)
-            m_lo, m_hi = bootstrap(pair[:, 1], np.mean, n_boot=n_boot)
-            seeds = sorted({r["seed"] for r in cond})
+            values = np.array([[f[prop], c[prop], n[prop]] for f, c, n in zip(full, cond, bare, strict=True)])
+            m_lo, m_hi = bootstrap(values[:, 1], np.mean, n_boot=n_boot)
+            r_lo, r_hi = bootstrap(values[:, :2], _ratio, n_boot=n_boot)
+            b_lo, b_hi = bootstrap(values[:, [2, 1]], _ratio, n_boot=n_boot)
             per_seed = [np.mean([c[prop] for c in cond if c["seed"] == s]) for s in seeds]
             out.append(
                 {
                     "condition": condition,
                     "property": prop,
                     "n": len(cond),
-                    "metric": pair[:, 1].mean(),
+                    "metric": values[:, 1].mean(),
                     "metric_lo": m_lo,
                     "metric_hi": m_hi,
-                    "retention": ratio(pair),
-                    "retention_lo": lo,
-                    "retention_hi": hi,
+                    "retention": _ratio(values[:, :2]),
+                    "retention_lo": r_lo,
+                    "retention_hi": r_hi,
+                    "baseline": values[:, 2].mean(),
+                    "over_baseline": _ratio(values[:, [2, 1]]),
+                    "over_baseline_lo": b_lo,
+                    "over_baseline_hi": b_hi,
                     "per_seed": ",".join(f"{v:.3f}" for v in per_seed),
                 }
             )
@@ -201,11 +202,12 @@ def retention(rows, conditions=tuple(CONDITIONS), n_boot: int = 2000):
 
 
 def _ratio(pair):
-    full = pair[:, 0].mean()
-    return pair[:, 1].mean() / full if full > 0 else float("nan")
+    """Mean of the second column over the mean of the first."""
+    reference = pair[:, 0].mean()
+    return pair[:, 1].mean() / reference if reference > 0 else float("nan")
 
 
-def attribution(rows):
+def attribution(rows) -> list[dict]:
     """State-swap outputs counted by (content source, style channel, style source)."""
     swap = [r for r in rows if r["condition"] == "state_swap"]
     out = []
@@ -223,3 +225,23 @@ def attribution(rows):
                     }
                 )
     return out
+
+
+SAMPLE_COLUMNS = (
+    "item",
+    "condition",
+    "language_of_a",
+    "persona_of_a",
+    "expected",
+    "generated",
+    "identified_language",
+    "language",
+    "persona",
+    "content_source",
+)
+
+
+def samples(rows, n: int) -> list[dict]:
+    """The first seed's first `n` items under every condition, with the verdicts a reader checks them by."""
+    first = min((r["seed"] for r in rows), default=0)
+    return [{k: r[k] for k in SAMPLE_COLUMNS} for r in rows if r["seed"] == first and r["item"] < n]

@@ -2,8 +2,9 @@
 
 prefill     one forward that fills a fresh cache; returns the last position's logits and the cache
 greedy      greedy decoding of n tokens, from a prompt or continuing a (possibly edited) cache
+states      the state channel of a cache, site by site (a fixed size, whatever the context's length)
 cut         a copy of a cache with one memory channel emptied or replaced by another cache's
-splice      a cache with the KV channel of one context and the state channel of another
+splice      a cache with the KV channel of one context and the state channel of another (of any length)
 cut_at      a copy of a cache whose keys and values at some positions are another cache's
 CONDITIONS  the split-prefill conditions, each a function (hm, cache, neutral, other, cues) -> cache
 
@@ -59,11 +60,18 @@ def channel_sites(hm, channel: str) -> list[str]:
     raise ValueError(f"unknown memory channel {channel!r}; use one of {CHANNELS}")
 
 
+def states(hm, cache) -> dict:
+    """{site: tensor} of the state channel: what the linear layers keep of a context, the same size for a
+    context of any length."""
+    return {site: hm.read_cache(cache, site) for site in channel_sites(hm, "state")}
+
+
 def cut(hm, cache, channel: str, source=None):
     """A copy of `cache` whose `channel` is emptied (source None) or taken from `source`.
 
     Emptied KV has length 0, so the continuation's attention sees only its own tokens; emptied states are
-    zero, which is where a fresh prefill starts. A source must come from a context of the same length.
+    zero, which is where a fresh prefill starts. A KV source must come from a context of the same length; a
+    state source (a cache, or states()) from a context of any length, since a state has one size.
     """
     out = copy.deepcopy(cache)
     for site in channel_sites(hm, channel):
@@ -72,7 +80,7 @@ def cut(hm, cache, channel: str, source=None):
             if value[0].shape != hm.read_cache(out, site)[0].shape:
                 raise ValueError(f"site {site}: the source context's KV {tuple(value[0].shape)} has another shape")
         elif source is not None:
-            value = hm.read_cache(source, site).clone()  # write_cache checks the shape
+            value = (source[site] if isinstance(source, dict) else hm.read_cache(source, site)).clone()
         elif channel == "kv":
             keys, values = hm.read_cache(out, site)
             value = (keys[..., :0, :], values[..., :0, :])
@@ -83,15 +91,18 @@ def cut(hm, cache, channel: str, source=None):
 
 
 def splice(hm, kv_from, state_from):
-    """The KV channel of `kv_from` with the state channel of `state_from` (contexts of one length)."""
+    """The KV channel of `kv_from` with the state channel of `state_from` (a cache or states(), of a context
+    of any length): the continuation reads one context through attention and another through the state."""
     return cut(hm, kv_from, "state", source=state_from)
 
 
 def cut_at(hm, cache, positions, source):
-    """A copy of `cache` whose attention keys and values at `positions` are `source`'s (a context of the same
-    length); the states are kept. It asks whether attention reads those tokens when the state is there, which
-    emptying a whole channel cannot tell: without its state a model may read what it otherwise ignores."""
-    if not positions:
+    """A copy of `cache` whose attention keys and values at `positions` (shared, or one list per batch row) are
+    `source`'s (a context of the same length); the states are kept. It asks whether attention reads those
+    tokens when the state is there, which emptying a whole channel cannot tell: without its state a model may
+    read what it otherwise ignores."""
+    rows = positions if positions and isinstance(positions[0], list | tuple) else None
+    if not positions or (rows and not all(rows)):
         raise ValueError("cut_at needs the context positions to replace; got none")
     out = copy.deepcopy(cache)
     for site in channel_sites(hm, "kv"):
@@ -99,15 +110,16 @@ def cut_at(hm, cache, positions, source):
         new_keys, new_values = hm.read_cache(source, site)
         if new_keys.shape != keys.shape:
             raise ValueError(f"site {site}: the source context's KV {tuple(new_keys.shape)} has another shape")
-        keys[..., positions, :], values[..., positions, :] = new_keys[..., positions, :], new_values[..., positions, :]
+        for row, at in enumerate(rows) if rows else [(slice(None), positions)]:
+            keys[row, ..., at, :], values[row, ..., at, :] = new_keys[row, ..., at, :], new_values[row, ..., at, :]
         hm.write_cache(out, site, (keys, values))
     return out
 
 
 # name -> (hm, cache, neutral, other, cues) -> a new cache (continuing advances a cache in place, so every
 # condition works on a copy). `neutral` is the cache of a neutral context of the same length; `other` is
-# another context's cache (state-swap: KV of this context, states of the other); `cues` are the positions of
-# the context's style cues (the persona line and the header after it).
+# another context's cache or states() (state-swap: KV of this context, states of the other, of any length);
+# `cues` are the positions of the context's style cues (persona and language), shared or one list per row.
 CONDITIONS = {
     "full": lambda hm, c, neutral, other, cues=None: copy.deepcopy(c),
     "kv_only": lambda hm, c, neutral, other, cues=None: cut(hm, c, "state"),

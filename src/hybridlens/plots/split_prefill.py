@@ -12,6 +12,18 @@ import seaborn as sns
 from hybridlens.plots import PROPERTY_COLORS, WEAK, interval, model_panels, weak_note
 
 PROPERTIES = ("retrieval", "language", "persona")
+# experiments.split_prefill's SOURCES and CONTENT_SOURCES, as the figure labels them.
+SOURCES = {"A": "A (KV)", "B": "B (state)", "other": "other", "none": "none"}
+CONTENTS = {
+    "A": "A's value (KV)",
+    "A_related": "A's, other language",
+    "B": "B's value (state)",
+    "B_related": "B's, other language",
+    "A_dict": "A, other fact",
+    "B_dict": "B, other fact",
+    "other": "in neither",
+    "none": "no value",
+}
 
 
 def plot_retention(table: pd.DataFrame, path):
@@ -49,15 +61,13 @@ def plot_retention(table: pd.DataFrame, path):
 def plot_state_swap(table: pd.DataFrame, path):
     models = list(dict.fromkeys(table["model"]))
     styles = ("language", "persona")
-    sources = ["A", "B", "other"]
-    contents = ["A", "B", "A_dict", "B_dict", "other"]
-    fig, panels = model_panels(len(models), rows=len(styles), width=3.2, height=3.2)
+    fig, panels = model_panels(len(models), rows=len(styles), width=4.2, height=4.0)
     for col, model in enumerate(models):
         for row, style in enumerate(styles):
             t = table[(table["model"] == model) & (table["style"] == style)]
-            m = t.pivot(index="content_source", columns="style_source", values="fraction").reindex(contents)[sources]
-            m.index = ["A (KV)", "B (state)", "A, other key", "B, other key", "neither"]
-            m.columns = ["A (KV)", "B (state)", "other"]
+            m = t.pivot(index="content_source", columns="style_source", values="fraction")
+            m = m.reindex(index=list(CONTENTS), columns=list(SOURCES))
+            m.index, m.columns = list(CONTENTS.values()), list(SOURCES.values())
             ax = panels[col][row]
             sns.heatmap(m.astype(float), vmin=0, vmax=1, cmap="Blues", annot=True, fmt=".2f", cbar=False, ax=ax)
             ax.set_xlabel(f"{style} from")

@@ -4,6 +4,7 @@ configured task's settings (at parse time, without torch) and its items.
 
 TASKS     kind -> the module that makes its items: DEFAULTS (its config keys; None = required),
           check(settings, where) and items(hm, settings, n_languages) -> (items, counts)
+          (a task that one experiment owns, like split-prefill's style, names its config SECTION)
 kind_of   a config task's kind: `kind`, else jsonl where it names a `file`, else dictionary
 settings  a config task with its kind's defaults, checked; a key of another kind is refused in one line
 items_of  (items, counts) of a config task for one model
@@ -15,6 +16,7 @@ import importlib
 TASKS = {
     "dictionary": "hybridlens.tasks.dictionary",  # the paper's key=value retrieval, generated from a seed
     "jsonl": "hybridlens.tasks.jsonl",  # a user's own prompts, one item per line of a file
+    "style": "hybridlens.tasks.style",  # split-prefill's: content and style (language, persona) in one context
 }
 
 
@@ -29,11 +31,14 @@ def module(kind: str):
     return importlib.import_module(TASKS[kind])
 
 
-def settings(name: str, spec: dict) -> dict:
-    """The task `name` of the config with its kind's defaults filled in, every key and value checked."""
-    where = f"config tasks.{name}"
+def settings(name: str, spec: dict, where: str = "") -> dict:
+    """The task `name` of the config with its kind's defaults filled in, every key and value checked; messages
+    name `where` (default: config tasks.<name>)."""
     kind = kind_of(spec)
     task = module(kind)
+    if not where and getattr(task, "SECTION", None):
+        raise ValueError(f"config tasks.{name}: a {kind} task is set in the config's {task.SECTION} section")
+    where = where or f"config tasks.{name}"
     foreign = sorted(set(spec) - set(task.DEFAULTS) - {"kind"})
     if foreign:
         raise ValueError(f"{where}: key {foreign[0]!r} is not one of a {kind} task's keys {sorted(task.DEFAULTS)}")

@@ -96,7 +96,7 @@ class Prompt:
     marker: str  # the persona's style token, expected right after the answer
     fmt: str
     language: int
-    persona: str
+    persona: str | None  # None: no persona line
     pairs: tuple[tuple[str, str], ...]  # (key, value concept), in context order
     query: int  # index into pairs of the queried entry
     spans: dict[str, tuple[int, int]] = field(compare=False)
@@ -131,6 +131,8 @@ def _render(fmt, pairs, query, language, persona, forms):
         return start
 
     def persona_line():
+        if persona is None:  # no persona: the cues are the header alone
+            return here()
         start = put("Persona")
         put(":")
         put(persona, "persona")
@@ -207,7 +209,7 @@ def _render(fmt, pairs, query, language, persona, forms):
 def answer_word(fmt: str, forms, language: int, persona: str, concept: str) -> str:
     """The word that answers a question about `concept` in a prompt of this format, language and persona."""
     form = forms[language][concept]
-    return fused_word(form, persona) if fmt in FUSED_FORMATS else form
+    return fused_word(form, persona) if fmt in FUSED_FORMATS and persona else form
 
 
 def question_words(fmt: str, key: str) -> list[str]:
@@ -220,7 +222,7 @@ def question_words(fmt: str, key: str) -> list[str]:
 def make_prompt(
     pairs, query, fmt="chat", language=0, persona="pirate", n_languages=2, framing="toy", filler=""
 ) -> Prompt:
-    """A prompt from an explicit dictionary; `pairs` are (key, value concept).
+    """A prompt from an explicit dictionary; `pairs` are (key, value concept); persona None: no persona line.
 
     framing "toy": the toy zoo's word-per-token rendering (every format); "paper": the paper's chat protocol
     (PAPER_FORMATS; language 0, no persona line) with `filler` text before the dictionary in format long.
@@ -240,7 +242,17 @@ def make_prompt(
         lead = ""
     else:
         text, spans = _render("chat" if fmt == "perm" else fmt, pairs, query, language, persona, forms)
-    fields = (text, choices[query], PERSONAS[persona], fmt, language, persona, tuple(pairs), query, spans)
+    fields = (
+        text,
+        choices[query],
+        PERSONAS[persona] if persona else "",
+        fmt,
+        language,
+        persona,
+        tuple(pairs),
+        query,
+        spans,
+    )
     return Prompt(*fields, choices, prefill=prefill, lead=lead, framing=framing, filler=filler)
 
 
