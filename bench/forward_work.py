@@ -24,11 +24,12 @@ import torch
 
 from hybridlens.experiments import circuit, scale
 from hybridlens.interventions.engine import Runner
+from hybridlens.interventions.on_items import item_batches
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import HybridModel, load_model, parse_site
 from hybridlens.models.toy import build_tokenizer, build_toy_model
+from hybridlens.tasks import triples
 from hybridlens.tasks.items import turns
-from hybridlens.tasks.prompt_sets import item_batches
 
 
 class Count:
@@ -92,7 +93,7 @@ def floor_pair(hm, batch, sites):
 
 
 def measure(name, hm, args, localization=True):
-    items = circuit.triples(hm, 1, args.items, args.pairs, "chat", 2)
+    items = triples(hm, 1, args.items, args.pairs, "chat", 2)
     # One batch of one token length, so that every forward is a full batch.
     items = max(item_batches(hm, items, lambda t: (t.host, t.donor, t.other), len(items)), key=len)
     count = Count(hm)

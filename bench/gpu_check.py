@@ -21,6 +21,7 @@ import time
 import torch
 
 from hybridlens.models.realshape import PUBLISHERS, REAL_CONFIGS, build_tokenizer, realshape_config
+from hybridlens.tasks import triples
 
 # Dense bfloat16 tensor-core peaks (vendor figures), by a substring of torch.cuda.get_device_name().
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
@@ -102,7 +103,7 @@ def circuit_on_9b(device, layers, prompts):
     """The circuit rule's computation on Qwen3.5-9B's real dimensions (random weights), timed on the GPU."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from hybridlens.experiments.circuit import localize_reference, transplant_all, triples
+    from hybridlens.experiments.circuit import localize_reference, transplant_all
     from hybridlens.models.adapter import HybridModel
 
     path = REAL_CONFIGS / "Qwen__Qwen3.5-9B.config.json"

@@ -20,7 +20,6 @@ import torch
 import yaml
 
 from hybridlens.experiments import scale
-from hybridlens.experiments.circuit import triples
 from hybridlens.experiments.extract import extract
 from hybridlens.interventions.on_items import runner
 from hybridlens.models.adapter import HybridModel
@@ -32,6 +31,7 @@ from hybridlens.models.realshape import (
     layer_pattern,
     publisher,
 )
+from hybridlens.tasks import triples
 from hybridlens.tasks.items import turns
 
 ROOT = Path(__file__).resolve().parents[1]

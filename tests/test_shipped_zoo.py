@@ -59,7 +59,7 @@ def test_a_shipped_hla_model_is_the_default_configs_and_evaluates(run):
 
 IDENTITY = """
 import json, sys, torch
-from hybridlens.experiments.circuit import localize_reference, transplant_all, triples
+from hybridlens.experiments.circuit import localize_reference, transplant_all
 from hybridlens.models.adapter import load_model
 from hybridlens.validation import path_ulps
 checks = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}

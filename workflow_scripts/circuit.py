@@ -13,10 +13,10 @@ with script_log(snakemake) as log:
         localize_reference,
         summarize,
         transplant_all,
-        triples,
     )
     from hybridlens.models.adapter import load_model
     from hybridlens.tables import write_table
+    from hybridlens.tasks import triples
     from hybridlens.validation import write_checks
 
     torch.set_num_threads(snakemake.threads)

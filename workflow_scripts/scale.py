@@ -8,8 +8,9 @@ with script_log(snakemake) as log:
     import torch
 
     from hybridlens.experiments import scale
-    from hybridlens.experiments.circuit import localize_reference, triples
+    from hybridlens.experiments.circuit import localize_reference
     from hybridlens.models.adapter import load_model
+    from hybridlens.tasks import triples
 
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages

@@ -7,11 +7,13 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
+    from hybridlens import tasks
     from hybridlens.experiments import stitch
     from hybridlens.models.adapter import load_model
     from hybridlens.store import expected, read_store, tokenizer_hash
 
     torch.set_num_threads(snakemake.threads)
+    dictionary = tasks.module("dictionary")  # stitching runs on the dictionary task's key splits
     w, s, n_languages = snakemake.wildcards, snakemake.params.settings, snakemake.params.n_languages
     seed = int(w.seed)
     models = {side: load_model(**snakemake.params.models[side]) for side in ("a", "b")}
@@ -38,12 +40,13 @@ with script_log(snakemake) as log:
         for name in json.loads(attrs["map_names"])
     }
     means = {k: data[f"{w.receiver}.mean_write.{k}"] for k in json.loads(attrs["mean_names"])}
-    split = stitch.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
-    prompts = stitch.run_prompts(split, seed, s, n_languages, "test")
+    split = dictionary.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
+    prompts = dictionary.run_prompts(split, seed, s, n_languages, "test")
     both = {"receiver": spans[w.receiver], "donor": spans[donor_name]}
     # The donor's final-token writes on the test prompts are in its test store already (rule stitch_acts).
     writes = stitch.final_block_writes(donor_test, both["donor"]["address"])
-    rows = stitch.swap_rows(receiver, donor, both, maps, means, prompts, n_languages, seed, s["batch_size"], writes)
+    pairs = dictionary.donor_host(prompts, seed, n_languages)  # the donors are the test prompts, in order
+    rows = stitch.swap_rows(receiver, donor, both, maps, means, pairs, seed, s["batch_size"], writes)
     table = pd.DataFrame(rows).assign(receiver=w.receiver, donor=donor_name)
     log.info("%s", table.groupby(["transfer", "condition"])[["correct", "redirect"]].mean())
     table.to_csv(snakemake.output.rows, index=False)

@@ -34,6 +34,7 @@ _API = {
     "cut": "hybridlens.interventions.cache",
     "splice": "hybridlens.interventions.cache",
     "cut_at": "hybridlens.interventions.cache",
+    "states": "hybridlens.interventions.cache",
     "CONDITIONS": "hybridlens.interventions.cache",
     # tasks and their items
     "Item": "hybridlens.tasks.items",
@@ -43,6 +44,8 @@ _API = {
     "turns": "hybridlens.tasks.items",
     "token_positions": "hybridlens.tasks.items",
     "POSITION_SETS": "hybridlens.tasks.items",
+    "Triple": "hybridlens.tasks.items",
+    "triples": "hybridlens.tasks",
     "Prompt": "hybridlens.tasks.retrieval",
     "make_prompt": "hybridlens.tasks.retrieval",
     "make_prompts": "hybridlens.tasks.retrieval",

@@ -10,12 +10,12 @@ from hybridlens.experiments.circuit import (
     localize_reference,
     summarize,
     transplant,
-    triples,
 )
 from hybridlens.interventions import on_items, patch
 from hybridlens.interventions.engine import Edit, mixer_sites
 from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
+from hybridlens.tasks import triples
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.validation import assert_paths_close, judge, path_ulps
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from hybridlens.experiments import scale
-from hybridlens.experiments.circuit import triples
 from hybridlens.interventions import on_items
 from hybridlens.interventions.engine import Edit, attention_to
+from hybridlens.tasks import triples
 from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.validation import assert_paths_close
 

@@ -22,14 +22,14 @@ from hybridlens.experiments.stitch import (
     map_scores,
     query_content,
     run_block,
-    split_keys,
-    split_prompts,
     swap_rows,
 )
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.toy import build_toy_model
-from hybridlens.tasks.retrieval import TOKEN_ROLES, make_prompts, token_roles
+from hybridlens.tasks.dictionary import donor_host, split_keys, split_prompts
+from hybridlens.tasks.items import TOKEN_ROLES, token_roles
+from hybridlens.tasks.retrieval import make_prompts
 from hybridlens.tasks.vocab import language_forms
 from hybridlens.validation import assert_paths_close
 
@@ -121,14 +121,14 @@ def test_self_stitch_with_identity_maps_changes_nothing(hm):
     means = zero_means(hm.d_model)
     twin = HybridModel(copy.deepcopy(hm.model), hm.tokenizer)  # the donor's forward runs inside the receiver's
     maps = identity_maps(hm.d_model)
-    rows = swap_rows(hm, twin, {"receiver": spans, "donor": spans}, maps, means, prompts, 2, 3)
+    rows = swap_rows(hm, twin, {"receiver": spans, "donor": spans}, maps, means, donor_host(prompts, 3, 2), 3)
     got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
     assert len(rows) == len(TRANSFERS) * len(CONDITIONS) * len(prompts)
     for block in ("address", "encode_address"):
         for i in range(len(prompts)):
             assert got[(block, "stitched", i)]["correct"] == got[(block, "intact", i)]["correct"]
     with pytest.raises(ValueError, match="load it twice"):
-        swap_rows(hm, hm, {"receiver": spans, "donor": spans}, maps, means, prompts, 2, 3)
+        swap_rows(hm, hm, {"receiver": spans, "donor": spans}, maps, means, donor_host(prompts, 3, 2), 3)
 
 
 def test_the_swap_maps_each_position_by_its_role(hm):
@@ -211,7 +211,7 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
     assert maps["address.in"].weight.shape == (recv.d_model, donor.d_model)
     assert {maps[f"address.out.{role}"].weight.shape for role in TOKEN_ROLES} == {(donor.d_model, recv.d_model)}
     test = split_prompts(split, 1, 10, 4, "chat", 2, "test")
-    rows = swap_rows(recv, donor, spans, maps, means, test, 2, 1)
+    rows = swap_rows(recv, donor, spans, maps, means, donor_host(test, 1, 2), 1)
     intact = {r["item"]: r for r in rows if r["condition"] == "intact" and r["transfer"] == "address"}
     logits = recv.model(recv.encode([test[0].text])[0]).logits[0, -1]
     answer = recv.token_id(language_forms(2)[test[0].language][test[0].pairs[test[0].query][1]])
@@ -261,7 +261,7 @@ def test_self_stitch_through_fitted_maps_restores_the_intact_model(saved_models)
     # The identity holds on keys the maps never saw as well.
     test_r, test_d = collect(recv, test, spans), collect(donor, test, spans)
     assert all(r2 > 0.999 for r2 in map_scores(maps, test_r, test_d, spans, spans).values())
-    rows = swap_rows(recv, donor, {"receiver": spans, "donor": spans}, maps, means, test, 2, 1)
+    rows = swap_rows(recv, donor, {"receiver": spans, "donor": spans}, maps, means, donor_host(test, 1, 2), 1)
     got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
     for i in range(len(test)):
         assert got[("address", "stitched", i)]["correct"] == got[("address", "intact", i)]["correct"]

@@ -121,7 +121,7 @@ def test_a_chat_model_frames_jsonl_turns_and_reads_raw_text_as_it_is():
 def test_extraction_pads_items_of_different_lengths_and_equals_them_one_by_one(hm, monkeypatch):
     import dataclasses
 
-    from hybridlens.tasks.prompt_sets import batches
+    from hybridlens.interventions.on_items import batches
 
     items = load(EXAMPLE)
     assert len({len(ids) for ids in hm.tokenize([turns(it) for it in items])[0]}) == 4  # four lengths

@@ -5,12 +5,13 @@ on the task's words, so every word the experiments use is one the real tokenizer
 import pytest
 import torch
 
-from hybridlens.experiments.circuit import localize, transplant_all, triples
+from hybridlens.experiments.circuit import localize, transplant_all
 from hybridlens.interventions.on_items import encode, runner, transplant
 from hybridlens.models.adapter import HybridModel
 from hybridlens.models.real_tokenizer import qwen_tokenizer
 from hybridlens.models.realshape import REAL_CONFIGS
 from hybridlens.models.toy import build_toy_model
+from hybridlens.tasks import triples
 from hybridlens.tasks.items import token_positions, turns
 from hybridlens.tasks.prompt_sets import in_context_words, prompt_set
 from hybridlens.tasks.retrieval import FILLER, clean_corrupt_pairs, donor_host_pairs, filler_text, make_prompt

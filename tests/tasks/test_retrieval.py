@@ -1,7 +1,7 @@
 import pytest
 
 from hybridlens.models.toy import build_tokenizer, toy_vocabulary
-from hybridlens.tasks.items import entry_parts, token_positions
+from hybridlens.tasks.items import entry_parts, token_positions, token_roles
 from hybridlens.tasks.retrieval import (
     FORMATS,
     FUSED_FORMATS,
@@ -11,7 +11,6 @@ from hybridlens.tasks.retrieval import (
     donor_host_pairs,
     make_prompts,
     notes_table,
-    token_roles,
 )
 from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, fused_words, language_forms
 

@@ -15,8 +15,9 @@ import torch
 import yaml
 from wf import FAMILY_TOYS, MODELS, SNAKEMAKE, snakemake, workdir
 
+from hybridlens import tasks
 from hybridlens.experiments.extract import extract
-from hybridlens.experiments.split_prefill import CONDITIONS, make_items, run_items
+from hybridlens.experiments.split_prefill import BASELINE, CONDITIONS, SAMPLE_COLUMNS, run_items
 from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
 from hybridlens.experiments.stitch import TRANSFERS, fit_maps, map_scores, query_content
 from hybridlens.experiments.zoo import evaluate_model, train_and_save
@@ -24,9 +25,6 @@ from hybridlens.models.adapter import load_model
 from hybridlens.models.source import SourceError
 from hybridlens.store import read_store
 from hybridlens.tasks.retrieval import make_prompts
-from hybridlens.tasks.vocab import PERSONAS
-
-MARKERS = {p: [m] for p, m in PERSONAS.items()}
 
 
 def test_eval_json_matches_a_fresh_evaluation(run1):
@@ -78,7 +76,8 @@ def test_split_prefill_tables(run1):
     for name in MODELS + FAMILY_TOYS:
         out = run1 / f"results/split_prefill/{name}"
         items = pd.read_csv(out / "items.tsv", sep="\t")
-        assert len(items) == len(cfg["seeds"]) * cfg["n"] * len(CONDITIONS)
+        assert len(items) == len(cfg["seeds"]) * cfg["n"] * (len(CONDITIONS) + 1)  # + the no-persona baseline
+        assert set(items["condition"]) == {*CONDITIONS, BASELINE}
         table = pd.read_csv(out / "retention.tsv", sep="\t").set_index(["condition", "property"])
         for (condition, prop), row in table.iterrows():
             assert row["metric"] == pytest.approx(items.loc[items["condition"] == condition, prop].mean())
@@ -86,13 +85,16 @@ def test_split_prefill_tables(run1):
         assert ((full["retention"] == 1.0) | (full["metric"] == 0)).all()
         samples = pd.read_csv(out / "samples.tsv", sep="\t")
         first = items[(items["seed"] == cfg["seeds"][0]) & (items["item"] < cfg["n_samples"])]
-        assert samples.equals(first.reset_index(drop=True))
+        assert samples.equals(first[list(SAMPLE_COLUMNS)].reset_index(drop=True))
     # The job's rows equal a direct run on the saved model (one thread, as in the job).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         hm = load_model(run1 / "results/models/qwen_tiny")
-        direct = run_items(hm, make_items(hm, 1, cfg["n"], cfg["n_pairs"], "chat", 2), 3, MARKERS, 2)
+        spec = tasks.settings("split_prefill", {"kind": "style", "n": cfg["n"], "n_pairs": cfg["n_pairs"]}, "here")
+        lexicon = tasks.module("style").lexicon(hm, spec, 2)
+        assert lexicon.kind == "toy"  # the toys keep their own devices
+        direct = run_items(hm, tasks.items_of(hm, spec | {"seed": 1}, 2)[0], 3, lexicon, seed=1)
     finally:
         torch.set_num_threads(threads)
     items = pd.read_csv(run1 / "results/split_prefill/qwen_tiny/items.tsv", sep="\t", keep_default_na=False)

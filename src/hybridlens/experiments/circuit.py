@@ -1,10 +1,10 @@
 """Encode–Address circuit: localization, query transplant and state transplant.
 
-Items are (donor, host, other) triples over one dictionary: the donor asks key A, the host asks key B of the
-same dictionary, and `other` asks A in a different dictionary (A sits at another entry with another value),
-so a transplant from it redirects only if what moves is the *identity* of A, not a position.
+Items are (donor, host, other) triples over one dictionary (tasks.items.Triple; tasks.triples_of makes them):
+the donor asks key A, the host asks key B of the same dictionary, and `other` asks A in a different
+dictionary (A sits at another entry with another value), so a transplant from it redirects only if what
+moves is the *identity* of A, not a position.
 
-triples        seeded item triples
 localize       group ablation (zero / mean), reader search, Encode and Address blocks, with evidence
 localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
@@ -17,20 +17,18 @@ summarize      rates and means with bootstrap intervals, pooled over seeds
 
 import copy
 import random
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from hybridlens.interventions.cache import greedy
 from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
-from hybridlens.interventions.on_items import answer_tokens, encode
+from hybridlens.interventions.on_items import answer_tokens, encode, item_batches
 from hybridlens.interventions.patch import gather
 from hybridlens.stats import bootstrap
-from hybridlens.tasks.items import POSITION_SETS
-from hybridlens.tasks.prompt_sets import framing as framing_of
-from hybridlens.tasks.prompt_sets import item_batches, prompt_set, vocabulary
-from hybridlens.tasks.retrieval import Prompt, donor_host_pairs, like, make_prompts
+from hybridlens.tasks import items_of
+from hybridlens.tasks import settings as task_settings
+from hybridlens.tasks.items import POSITION_SETS, Triple, answer_index, choice_words
 from hybridlens.validation import Check
 
 COLLAPSE = 0.5  # "collapses": accuracy or attention falls below this fraction of the intact model's
@@ -39,49 +37,20 @@ COLLAPSE = 0.5  # "collapses": accuracy or attention falls below this fraction o
 TRIPLE = ("host", "donor", "other")
 
 
-@dataclass
-class Triple:
-    seed: int
-    index: int
-    donor: Prompt  # asks A
-    host: Prompt  # same dictionary, asks B
-    other: Prompt  # another dictionary that also holds A (another value, another entry), asks A
-
-
-def triples(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, framing: str = "auto") -> list[Triple]:
-    """n seeded triples over the words that are single tokens for hm's tokenizer, in the given framing (auto:
-    the paper's for a model with a chat template, prompt_sets.framing)."""
-    chosen = framing_of(hm, {"framing": framing})
-    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages, chosen, fmt)
-    rng = random.Random(seed + 104729)
-    base = make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values, framing=chosen)
-    out = []
-    for i, (donor, host) in enumerate(donor_host_pairs(base, seed, n_languages)):
-        key_a = donor.pairs[donor.query][0]
-        rest_keys = rng.sample([k for k in keys if k not in {k for k, _ in donor.pairs}], n_pairs - 1)
-        vals = rng.sample([v for v in values if v not in {v for _, v in donor.pairs}], n_pairs)
-        pairs = list(zip(rest_keys, vals[1:], strict=True))
-        slot = rng.choice([j for j in range(n_pairs) if j != donor.query] or [0])
-        pairs.insert(slot, (key_a, vals[0]))
-        other = like(donor, pairs, slot, n_languages)
-        out.append(Triple(seed, i, donor, host, other))
-    return out
-
-
 # --- localization ----------------------------------------------------------------------------------------------
 def localize_reference(hm, settings: dict, n_languages: int):
     """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n);
     the circuit's "task" records the prompts' format and framing and the single-token words kept."""
     reference = {k: settings[k] for k in ("n_pairs", "format")} | {"framing": settings.get("framing", "auto")}
     reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
-    prompts, counts = prompt_set(hm, reference, n_languages)
+    prompts, counts = items_of(hm, task_settings("reference", reference), n_languages)
     circuit, ablation, readers = localize(hm, prompts, search=settings.get("reader", "any"))
     # the words this tokenizer keeps as single tokens, and how the prompts were rendered
     circuit["task"] = {"format": reference["format"], "framing": prompts[0].framing, **counts}
     return circuit, ablation, readers
 
 
-def localize(hm, prompts: list[Prompt], distractor_seed: int = 0, search: str = "any"):
+def localize(hm, prompts, distractor_seed: int = 0, search: str = "any"):
     """Group ablations, reader ranking and the Encode / Address choice, with every number behind it.
 
     search="last" takes the reader among the last attention layer's heads: in a chain of readers the
@@ -92,8 +61,10 @@ def localize(hm, prompts: list[Prompt], distractor_seed: int = 0, search: str = 
     batch = encode(hm, prompts)
     run = Runner(hm, batch.ids, batch.choices)
     rng = random.Random(distractor_seed)
-    target = [p.query for p in prompts]
-    distractor = [rng.choice([i for i in range(len(p.pairs)) if i != p.query]) for p in prompts]
+    target = [answer_index(p) for p in prompts]
+    distractor = [
+        rng.choice([i for i in range(len(choice_words(p))) if i != t]) for p, t in zip(prompts, target, strict=True)
+    ]
     target_pos = batch.entry_positions(target)
 
     def measure(logits):
@@ -201,8 +172,8 @@ def transplant(hm, items: list[Triple], circuit: dict, control_group: int | None
     encoded = {name: encode(hm, [getattr(t, name) for t in items], choices=name == "host") for name in TRIPLE}
     hosts, donors, others = (Runner(hm, encoded[n].ids, encoded[n].choices) for n in TRIPLE)
     reader = circuit["reader"]
-    a_entry = [t.donor.query for t in items]
-    b_entry = [t.host.query for t in items]
+    a_entry = [answer_index(t.donor) for t in items]
+    b_entry = [answer_index(t.host) for t in items]
     a_pos, b_pos = encoded["host"].entry_positions(a_entry), encoded["host"].entry_positions(b_entry)
     blocks = {"address": circuit["address"]["group"]}
     if control_group is not None:

@@ -7,15 +7,14 @@ logit_lens   per layer: residual norm and the rank of the correct answer under t
 import numpy as np
 import torch
 
-from hybridlens.interventions.on_items import answer_tokens
+from hybridlens.interventions.on_items import answer_tokens, batches
 from hybridlens.interventions.patch import run
 from hybridlens.tasks.items import token_positions
-from hybridlens.tasks.prompt_sets import batches
 
 
 @torch.no_grad()
 def extract(hm, prompts, sites, position_set="final", batch_size=16):
-    """Captured activations for every prompt, of any lengths (prompt_sets.batches pads where it is exact).
+    """Captured activations for every prompt, of any lengths (on_items.batches pads where it is exact).
 
     Returns a dict: site -> float32 array [prompts, P, d_model], plus "input_ids" [prompts, longest prompt]
     (each prompt's tokens, then -1 past its end), "lengths" [prompts], "positions" [prompts, P] (position set

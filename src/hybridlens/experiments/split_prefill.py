@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from hybridlens.interventions.cache import CONDITIONS, greedy, prefill, states
+from hybridlens.interventions.on_items import batches_by_length
 from hybridlens.stats import bootstrap
 from hybridlens.tasks.items import token_positions, turns
-from hybridlens.tasks.prompt_sets import batches_by_length
 
 PROPERTIES = ("retrieval", "language", "persona")
 BASELINE = "no_persona"  # the full cache of the item without its persona

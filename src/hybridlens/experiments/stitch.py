@@ -22,18 +22,15 @@ run_block        a model's own layers first..last on a given stream, with the po
 swap_rows        per-item rows of the three transfers and their controls on test prompts
 """
 
-import random
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from hybridlens.interventions.hooks import TraceDict
-from hybridlens.interventions.on_items import answer_tokens
+from hybridlens.interventions.on_items import answer_tokens, batches_by_length
 from hybridlens.stats import bootstrap
-from hybridlens.tasks.items import token_positions
-from hybridlens.tasks.prompt_sets import batches_by_length, vocabulary
-from hybridlens.tasks.retrieval import TOKEN_ROLES, donor_host_pairs, make_prompts, token_roles
+from hybridlens.tasks.items import TOKEN_ROLES, answer_index, token_positions, token_roles
 
 TRANSFERS = ("query", "address", "encode_address")
 QUERY_CONTENTS = ("key", "answer")
@@ -116,39 +113,6 @@ def fit_ridge(x, y, groups=None, lambdas=(1e-4, 1e-3, 1e-2, 1e-1, 1, 10, 100), s
 
 
 # --- prompts and blocks ------------------------------------------------------------------------------------------
-def split_keys(receiver, donor, seed: int, test_fraction: float, n_pairs: int, n_languages: int):
-    """(fit keys, test keys, values, languages) over the words both tokenizers keep as single tokens."""
-    shared = []
-    for hm in (receiver, donor):
-        keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
-        shared.append((set(keys), set(values), set(languages)))
-    keys = sorted(shared[0][0] & shared[1][0])
-    values = sorted(shared[0][1] & shared[1][1])
-    languages = sorted(shared[0][2] & shared[1][2])
-    keys = random.Random(seed).sample(keys, len(keys))
-    n_test = round(len(keys) * test_fraction)
-    fit, test = keys[n_test:], keys[:n_test]
-    if min(len(fit), len(test), len(values)) < n_pairs or not languages:
-        raise ValueError(
-            f"stitching {receiver.source} and {donor.source}: {len(fit)} fit keys, {len(test)} test keys and "
-            f"{len(values)} values shared as single tokens, too few for {n_pairs}-pair dictionaries; use fewer pairs"
-        )
-    return fit, test, values, languages
-
-
-def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, part: str):
-    fit, test, values, languages = split
-    keys = fit if part == "fit" else test
-    return make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
-
-
-def run_prompts(split, seed: int, settings: dict, n_languages: int, part: str):
-    """The `part` split's prompts of one run seed (config section stitch): n_fit fit prompts, or the n_test
-    test prompts every reported number comes from, drawn from another stream than the fit prompts."""
-    n, offset = (settings["n_fit"], 0) if part == "fit" else (settings["n_test"], 7919)
-    return split_prompts(split, seed + offset, n, settings["n_pairs"], settings["format"], n_languages, part)
-
-
 def blocks(circuit: dict) -> dict:
     """{"address": (first, last), "encode_address": (first, last)} layers, from a circuit.json."""
     groups = circuit["groups"]
@@ -195,7 +159,7 @@ def collect(hm, prompts, spans: dict, batch_size: int = 32):
             position += list(range(len(off)))
             end_char += [e if s < e and 0 < e <= n_text else -1 for s, e in off]
             role += _role_ids(prompts[i], off).tolist()
-            for c, part in zip(QUERY_CONTENTS, ("query", f"value{prompts[i].query}"), strict=True):
+            for c, part in zip(QUERY_CONTENTS, ("query", f"value{answer_index(prompts[i])}"), strict=True):
                 content_ids[c][i] = int(ids[j, token_positions(prompts[i], off, part)[-1]])
     data = {f"resid.{b}": np.concatenate(v) for b, v in out.items()}
     embed = hm.model.get_input_embeddings()
@@ -396,32 +360,35 @@ def _final_edit(hm, span, writes):
 
 
 @torch.no_grad()
-def swap_rows(
-    receiver, donor, spans, maps, means, prompts, n_languages: int, seed: int, batch_size: int = 32, donor_writes=None
-):
+def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size: int = 32, donor_writes=None):
     """Per test item and condition: retrieval with the receiver's Address block (address) or Encode+Address
     span (encode_address) swapped for the donor's, and redirect under the query-vector transfer (the donor's
     prompt asks A, the receiver's asks B of the same dictionary; query). Conditions: intact, stitched, and
     the controls: shuffled maps, the receiver's mean write from the fit prompts, the block ablated.
 
+    pairs: (donor item, host item) per test item, the host asking another key of the donor's dictionary
+    (the dictionary task's donor_host).
+
     spans: {"receiver": {block: (first, last)}, "donor": {...}}; maps: fit_maps' maps; means: fit_maps' means.
     Each position of a swapped block gets the output map and the mean write of its token role.
-    donor_writes: the donor's Address-block writes at each prompt's final token, in prompt order, if a store
+    donor_writes: the donor's Address-block writes at each donor item's final token, in order, if a store
     of its streams on these prompts already holds them (final_block_writes); None = one donor forward here.
     """
     if receiver.model is donor.model:  # the donor's forward would run the receiver's swap hooks again
         raise ValueError("stitching a model with itself: load it twice, one copy as the donor")
     rows = []
-    pairs = donor_host_pairs(prompts, seed, n_languages)
-    if donor_writes is None:  # the donors are the prompts themselves (donor_host_pairs), in order
+    if donor_writes is None:
         span = spans["donor"]["address"]
-        donor_writes = final_block_writes(collect(donor, prompts, {"address": span}, batch_size), span)
+        donors = [d for d, _ in pairs]
+        donor_writes = final_block_writes(collect(donor, donors, {"address": span}, batch_size), span)
     donor_writes = torch.as_tensor(donor_writes)
     for chunk, ids, offsets in batches_by_length(receiver, [h for _, h in pairs], batch_size):
         answers = answer_tokens(receiver, [pairs[i][1] for i in chunk])
         choices = torch.tensor([[t[0] for t in row] for row in answers], device=ids.device)
         roles = torch.as_tensor(np.stack([_role_ids(pairs[i][1], off) for i, off in zip(chunk, offsets, strict=True)]))
-        entries = torch.tensor([[pairs[i][1].query, pairs[i][0].query] for i in chunk], device=ids.device)
+        entries = torch.tensor(
+            [[answer_index(pairs[i][1]), answer_index(pairs[i][0])] for i in chunk], device=ids.device
+        )
         right, asked_by_donor = choices.gather(1, entries).T
 
         def record(transfer, condition, logits, chunk=chunk, right=right, asked_by_donor=asked_by_donor):

@@ -8,6 +8,8 @@ TASKS     kind -> the module that makes its items: DEFAULTS (its config keys; No
 kind_of   a config task's kind: `kind`, else jsonl where it names a `file`, else dictionary
 settings  a config task with its kind's defaults, checked; a key of another kind is refused in one line
 items_of  (items, counts) of a config task for one model
+triples_of  the circuit's (donor, host, other) triples of a task that makes them (dictionary)
+triples   the dictionary task's triples from its settings (seed, n, n_pairs, format)
 require_partner  refuse a task whose items do not all carry the partner an experiment needs
 """
 
@@ -63,3 +65,17 @@ def require_partner(spec: dict, partner: str, who: str) -> None:
 def items_of(hm, spec: dict, n_languages: int):
     """(items, counts) of a config task (settings()) for one model."""
     return module(kind_of(spec)).items(hm, spec, n_languages)
+
+
+def triples_of(hm, spec: dict, n_languages: int):
+    """The circuit's triples (tasks.items.Triple) of a config task whose kind makes them."""
+    task = module(kind_of(spec))
+    if not hasattr(task, "triples"):
+        raise ValueError(f"a {kind_of(spec)} task makes no (donor, host, other) triples; use a dictionary task")
+    return task.triples(hm, spec, n_languages)
+
+
+def triples(hm, seed: int, n: int, n_pairs: int, fmt: str = "chat", n_languages: int = 2, framing: str = "auto"):
+    """The dictionary task's circuit triples from its settings: a notebook's and the workflow's shorthand."""
+    spec = {"kind": "dictionary", "seed": seed, "n": n, "n_pairs": n_pairs, "format": fmt, "framing": framing}
+    return triples_of(hm, settings("triples", spec), n_languages)

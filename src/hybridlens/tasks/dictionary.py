@@ -4,8 +4,13 @@
 DEFAULTS  config keys of a dictionary task and their defaults
 check     refuse a format, framing or filler that cannot run, in one line (parse time, no torch)
 items     (prompts, counts) over the words that are single tokens for the model's tokenizer
+triples   the circuit's (donor, host, other) triples over those words
+split_keys, split_prompts, run_prompts  stitching's prompts: keys split into a fit and a test part, over the
+          words two models' tokenizers both keep whole
+donor_host  (donor, host) pairs: the host asks another key of the donor's dictionary
 """
 
+import random
 from pathlib import Path
 
 from hybridlens.tasks.retrieval import ALL_FORMATS, FRAMINGS, PAPER_FORMATS, TOY_FORMATS
@@ -46,3 +51,72 @@ def items(hm, spec: dict, n_languages: int):
     from hybridlens.tasks.prompt_sets import prompt_set
 
     return prompt_set(hm, spec, n_languages)
+
+
+def triples(hm, spec: dict, n_languages: int):
+    """spec["n"] triples seeded by spec["seed"] over the words that are single tokens for hm's tokenizer, in
+    the spec's framing (auto: the paper's for a model with a chat template, prompt_sets.framing)."""
+    from hybridlens.tasks.items import Triple
+    from hybridlens.tasks.prompt_sets import framing, vocabulary
+    from hybridlens.tasks.retrieval import donor_host_pairs, like, make_prompts
+
+    seed, n, n_pairs, fmt = spec["seed"], spec["n"], spec["n_pairs"], spec["format"]
+    chosen = framing(hm, spec)
+    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages, chosen, fmt)
+    rng = random.Random(seed + 104729)
+    base = make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values, framing=chosen)
+    out = []
+    for i, (donor, host) in enumerate(donor_host_pairs(base, seed, n_languages)):
+        key_a = donor.pairs[donor.query][0]
+        rest_keys = rng.sample([k for k in keys if k not in {k for k, _ in donor.pairs}], n_pairs - 1)
+        vals = rng.sample([v for v in values if v not in {v for _, v in donor.pairs}], n_pairs)
+        pairs = list(zip(rest_keys, vals[1:], strict=True))
+        slot = rng.choice([j for j in range(n_pairs) if j != donor.query] or [0])
+        pairs.insert(slot, (key_a, vals[0]))
+        other = like(donor, pairs, slot, n_languages)
+        out.append(Triple(seed, i, donor, host, other))
+    return out
+
+
+def split_keys(receiver, donor, seed: int, test_fraction: float, n_pairs: int, n_languages: int):
+    """(fit keys, test keys, values, languages) over the words both tokenizers keep as single tokens."""
+    from hybridlens.tasks.prompt_sets import vocabulary
+
+    shared = []
+    for hm in (receiver, donor):
+        keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
+        shared.append((set(keys), set(values), set(languages)))
+    keys = sorted(shared[0][0] & shared[1][0])
+    values = sorted(shared[0][1] & shared[1][1])
+    languages = sorted(shared[0][2] & shared[1][2])
+    keys = random.Random(seed).sample(keys, len(keys))
+    n_test = round(len(keys) * test_fraction)
+    fit, test = keys[n_test:], keys[:n_test]
+    if min(len(fit), len(test), len(values)) < n_pairs or not languages:
+        raise ValueError(
+            f"stitching {receiver.source} and {donor.source}: {len(fit)} fit keys, {len(test)} test keys and "
+            f"{len(values)} values shared as single tokens, too few for {n_pairs}-pair dictionaries; use fewer pairs"
+        )
+    return fit, test, values, languages
+
+
+def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, part: str):
+    from hybridlens.tasks.retrieval import make_prompts
+
+    fit, test, values, languages = split
+    keys = fit if part == "fit" else test
+    return make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
+
+
+def run_prompts(split, seed: int, settings: dict, n_languages: int, part: str):
+    """The `part` split's prompts of one run seed (config section stitch): n_fit fit prompts, or the n_test
+    test prompts every reported number comes from, drawn from another stream than the fit prompts."""
+    n, offset = (settings["n_fit"], 0) if part == "fit" else (settings["n_test"], 7919)
+    return split_prompts(split, seed + offset, n, settings["n_pairs"], settings["format"], n_languages, part)
+
+
+def donor_host(prompts, seed: int, n_languages: int):
+    """(donor, host) per prompt: the prompt itself as the donor, and its dictionary asking another key."""
+    from hybridlens.tasks.retrieval import donor_host_pairs
+
+    return donor_host_pairs(prompts, seed, n_languages)

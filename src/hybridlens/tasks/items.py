@@ -10,9 +10,12 @@ items. This module imports no torch, so the workflow checks a user's task files 
 Item             a task item; tasks with more structure (tasks.retrieval.Prompt) carry the same fields
 Turns, turns     chat turns, and an item's (what HybridModel.render puts in the chat template)
 choice_words     the answers an item's metrics compare
+answer_index     which of them is the answer (a dictionary prompt: the queried entry)
+Triple           a host item with its donor (same context, another answer) and another context asking the donor's
 token_positions  token indices of a position set or span of an item, from a tokenizer's offsets
 entry_parts      span names of one dictionary entry (key, value; links in hop)
 POSITION_SETS    final, question, dict, all
+token_roles      each token's role (TOKEN_ROLES: key, value, question, final, other) from an item's span names
 """
 
 from dataclasses import dataclass, field
@@ -60,6 +63,22 @@ def choice_words(item) -> tuple[str, ...]:
     return tuple(item.choices) or (item.answer,)
 
 
+def answer_index(item) -> int:
+    return choice_words(item).index(item.answer)
+
+
+@dataclass
+class Triple:
+    """The circuit's unit: the donor asks A, the host asks B of the same context, `other` is another context
+    that also holds A (another value, at another entry) and asks A."""
+
+    seed: int
+    index: int
+    donor: Item
+    host: Item
+    other: Item
+
+
 def token_positions(item, offsets, part: str) -> list[int]:
     """Token indices of a part of `item`, from the tokenizer's character offsets.
 
@@ -87,3 +106,20 @@ def token_positions(item, offsets, part: str) -> list[int]:
 def entry_parts(item, entry: int) -> list[str]:
     """Span names of one dictionary entry: its key and value, and in hop the link in both tables."""
     return [n for n in (f"key{entry}", f"link{entry}", f"linkkey{entry}", f"value{entry}") if n in item.spans]
+
+
+TOKEN_ROLES = ("key", "value", "question", "final", "other")
+
+
+def token_roles(prompt, offsets) -> list[str]:
+    """Each token's role in TOKEN_ROLES: a dictionary key or value, the question's key, the final token
+    (where the query is built), or other (persona, template and function words)."""
+    # span names: key{i}, value{i}, query; in hop also link{i} (a value of the first table), linkkey{i}
+    role_of_span = {"key": "key", "value": "value", "query": "question", "link": "value", "linkkey": "key"}
+    roles = ["other"] * len(offsets)
+    for name in prompt.spans:
+        role = role_of_span.get(name.rstrip("0123456789"))
+        for i in token_positions(prompt, offsets, name) if role else ():
+            roles[i] = role
+    roles[-1] = "final"
+    return roles

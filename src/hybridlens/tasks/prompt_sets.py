@@ -1,16 +1,10 @@
-"""Prompt sets over the words a model's tokenizer keeps as single tokens, and batches of one token length.
+"""Prompt sets of the dictionary task over the words a model's tokenizer keeps as single tokens.
 
 vocabulary         keys, value concepts and languages whose words are single tokens for the model's tokenizer
 prompt_set         a task's prompts over that vocabulary
-batches            (indices, input ids, mask, paddings, offsets) per batch, left-padded where the family pads exactly
-batches_by_length  (indices, input ids, offsets) per batch of prompts of one token length, shortest first
-item_batches       batches of items whose prompts (host, donor, ...) each share a token length, groups as first seen
 """
 
 import weakref
-from collections import defaultdict
-
-import torch
 
 from hybridlens.interventions.on_items import answer_tokens
 from hybridlens.tasks.items import token_positions, turns
@@ -116,46 +110,3 @@ def prompt_set(hm, task: dict, n_languages: int):
         filler=filler,
     )
     return prompts, counts
-
-
-def batches_by_length(hm, prompts, batch_size):
-    """Yield (indices, input_ids, offsets) with prompts of one token length per batch (no padding)."""
-    all_ids, all_offsets = hm.tokenize([turns(p) for p in prompts])
-    by_len = defaultdict(list)
-    for i, ids in enumerate(all_ids):
-        by_len[len(ids)].append(i)
-    for length in sorted(by_len):
-        idx = by_len[length]
-        for start in range(0, len(idx), batch_size):
-            chunk = idx[start : start + batch_size]
-            ids = torch.tensor([all_ids[i] for i in chunk], device=hm.device)
-            yield chunk, ids, [all_offsets[i] for i in chunk]
-
-
-def batches(hm, prompts, batch_size):
-    """Yield (indices, input_ids, attention mask or None, paddings, offsets): prompts of any lengths, shortest
-    first, left-padded to one length per batch (HybridModel.pad) where the model's family pads exactly; else
-    batches of one length (batches_by_length). A batch without padding gets no mask, so it runs the very
-    forward an unpadded batch runs."""
-    if not hm.family.left_padding:
-        for chunk, ids, offsets in batches_by_length(hm, prompts, batch_size):
-            yield chunk, ids, None, [0] * len(chunk), offsets
-        return
-    all_ids, all_offsets = hm.tokenize([turns(p) for p in prompts])
-    order = sorted(range(len(prompts)), key=lambda i: len(all_ids[i]))
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        ids, mask, shifts = hm.pad([all_ids[i] for i in chunk])
-        yield chunk, ids, mask if any(shifts) else None, shifts, [all_offsets[i] for i in chunk]
-
-
-def item_batches(hm, items, prompts_of, batch_size):
-    """Yield lists of at most batch_size items whose prompts, prompts_of(item) -> (host, donor, ...), have
-    the same token lengths; groups in the order their first item comes, items in their order within one."""
-    by_len = {}
-    for t in items:
-        key = tuple(len(ids) for ids in hm.tokenize([turns(p) for p in prompts_of(t)])[0])
-        by_len.setdefault(key, []).append(t)
-    for group in by_len.values():
-        for start in range(0, len(group), batch_size):
-            yield group[start : start + batch_size]

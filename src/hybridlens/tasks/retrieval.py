@@ -21,7 +21,6 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybridlens.tasks.items import token_positions
 from hybridlens.tasks.vocab import KEYS, PERSONAS, VALUES, fused_word, language_forms
 
 FORMATS = ("chat", "list", "rev")
@@ -415,20 +414,3 @@ def donor_host_pairs(prompts: list[Prompt], seed: int, n_languages: int = 2):
         b = rng.choice([i for i in range(len(p.pairs)) if i != p.query])
         out.append((p, like(p, list(p.pairs), b, n_languages)))
     return out
-
-
-TOKEN_ROLES = ("key", "value", "question", "final", "other")
-
-
-def token_roles(prompt: Prompt, offsets) -> list[str]:
-    """Each token's role in TOKEN_ROLES: a dictionary key or value, the question's key, the final token
-    (where the query is built), or other (persona, template and function words)."""
-    # span names: key{i}, value{i}, query; in hop also link{i} (a value of the first table), linkkey{i}
-    role_of_span = {"key": "key", "value": "value", "query": "question", "link": "value", "linkkey": "key"}
-    roles = ["other"] * len(offsets)
-    for name in prompt.spans:
-        role = role_of_span.get(name.rstrip("0123456789"))
-        for i in token_positions(prompt, offsets, name) if role else ():
-            roles[i] = role
-    roles[-1] = "final"
-    return roles
