@@ -22,6 +22,8 @@ from hybridlens.runlock import hold, holder
 from hybridlens.tasks import require_partner
 from hybridlens.tasks import settings as task_settings
 from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
+from hybridlens.tasks.style import check_items as check_style_items
+from hybridlens.tasks.jsonl import load as load_task_items
 from hybridlens.store import sweep_temporaries
 
 # Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
@@ -392,6 +394,25 @@ def check_circuit_tasks():
 
 
 check_circuit_tasks()
+
+
+def split_prefill_items():
+    """The JSONL task split-prefill runs on instead of the style task, checked line by line; None if none."""
+    name = config["split_prefill"]["task"]
+    if not name:
+        return None
+    if name not in config["tasks"]:
+        raise ValueError(
+            f"config split_prefill.task: {name!r} is not under tasks: ({sorted(config['tasks'])})"
+        )
+    require_partner(config["tasks"][name], "swap", "split_prefill.task")
+    check_style_items(
+        load_task_items(config["tasks"][name]), SPLIT_TASK, "split_prefill.task"
+    )
+    return config["tasks"][name]
+
+
+SPLIT_USER_TASK = split_prefill_items()
 
 
 def split_tables(name):

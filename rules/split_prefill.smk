@@ -5,6 +5,7 @@ rule split_prefill:
     # Every cache condition on every item of every seed; per-item rows, retention, swap table, samples.
     input:
         model_input,
+        user_items=[SPLIT_USER_TASK["file"]] if SPLIT_USER_TASK else [],
     output:
         rows="results/split_prefill/{model}/items.tsv",
         retention="results/split_prefill/{model}/retention.tsv",
@@ -27,6 +28,7 @@ rule split_prefill:
             {k: v for k, v in config["split_prefill"].items() if k != "models"}
         ),
         task=canonical(SPLIT_TASK),
+        user_task=SPLIT_USER_TASK,
         n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/split_prefill.py"

@@ -61,6 +61,7 @@ IDENTITY = """
 import json, sys, torch
 from hybridlens.experiments.circuit import localize_reference, transplant_all
 from hybridlens.models.adapter import load_model
+from hybridlens.tasks import triples
 from hybridlens.validation import path_ulps
 checks = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 for name, directory, family in json.loads(sys.argv[1]):

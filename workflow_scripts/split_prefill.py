@@ -11,12 +11,19 @@ with script_log(snakemake) as log:
 
     torch.set_num_threads(snakemake.threads)
     s, task, n_languages = snakemake.params.settings, snakemake.params.task, snakemake.params.n_languages
+    user, style = snakemake.params.user_task, tasks.module("style")
     hm = load_model(**snakemake.params.model)
-    lexicon = tasks.module("style").lexicon(hm, task, n_languages)
+    if user and task["lexicon"] == "auto":  # a user's items are real text
+        task = task | {"lexicon": "text"}
+    lexicon = style.lexicon(hm, task, n_languages)
     n_new = s["n_new"] or lexicon.n_new
     rows = []
-    for seed in s["seeds"]:
-        items, counts = tasks.items_of(hm, task | {"seed": seed}, n_languages)
+    for seed in s["seeds"][:1] if user else s["seeds"]:  # a user's items are one set, not drawn per seed
+        if user:
+            loaded, counts = tasks.items_of(hm, user, n_languages)
+            items = style.from_items(loaded)
+        else:
+            items, counts = tasks.items_of(hm, task | {"seed": seed}, n_languages)
         rows += run_items(hm, items, n_new, lexicon, seed, s["batch_size"])
         log.info("seed %d: %d items (%s lexicon, %s) under every condition", seed, len(items), lexicon.kind, counts)
     rows = pd.DataFrame(rows)

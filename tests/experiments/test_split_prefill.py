@@ -217,3 +217,57 @@ def test_bad_style_settings_are_refused_in_one_line_before_any_model(spec, messa
 def test_the_style_task_is_configured_in_its_experiments_section_not_under_tasks():
     with pytest.raises(ValueError, match=r"config tasks.mine: a style task is set in the config's split_prefill"):
         tasks.settings("mine", {"kind": "style"})
+
+
+EXAMPLE = Path(__file__).parents[2] / "config" / "tasks" / "split_example.jsonl"
+
+
+def test_a_users_items_run_under_every_condition_and_are_read_by_their_own_answers(real):
+    from hybridlens.tasks.jsonl import load
+    from hybridlens.tasks.style import check_items, from_items
+
+    loaded = load(EXAMPLE)
+    check_items(loaded, {}, "split_prefill.task")
+    items = from_items(loaded)
+    for a in items:
+        bare = a.partners["bare"]
+        assert bare.system == "" and bare.persona == "" and a.persona and a.language
+        question = turns(a).joined[slice(*a.spans["question"])]
+        assert turns(bare).joined[slice(*bare.spans["question"])] == question
+        assert turns(a).joined[slice(*a.spans["cues"])] == a.system  # the system turn is the cue
+    rows = run_items(real, items, 4, TextLexicon(), seed=1, batch_size=2)
+    assert [(r["item"], r["condition"]) for r in rows] == [(i, c) for i in range(3) for c in [*CONDITIONS, BASELINE]]
+    a, lexicon = items[0], TextLexicon()
+    row = score(lexicon, a, "Arr matey, Marie a planté des tulipes.")
+    assert (row["retrieval"], row["language"], row["content_source"], row["persona_source"]) == (1, 1, "A", "A")
+    row = score(lexicon, a, "Beep. Marie hat Sonnenblumen gepflanzt.")
+    assert (row["retrieval"], row["content_source"], row["language_source"], row["persona_source"]) == (
+        0,
+        "B",
+        "B",
+        "B",
+    )
+    assert score(lexicon, a, "Paul a planté des roses.")["content_source"] == "A_dict"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r.pop("swap"), r"garden: field 'swap' is missing"),
+        (lambda r: r["swap"]["messages"][1].update(content="no question"), r"garden \(swap\): no \[\[question"),
+        (lambda r: r.update(persona="ninja"), r"garden: persona 'ninja' has no markers"),
+        (lambda r: r["messages"].pop(0), r"garden: no system turn and no \[\[cues"),
+    ],
+)
+def test_a_users_item_split_prefill_cannot_read_is_refused_naming_it(tmp_path, change, message):
+    import json
+
+    from hybridlens.tasks.jsonl import load
+    from hybridlens.tasks.style import check_items
+
+    record = json.loads(EXAMPLE.read_text(encoding="utf-8").splitlines()[0])
+    change(record)
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        check_items(load(path), {}, "split_prefill.task")

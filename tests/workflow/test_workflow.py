@@ -609,3 +609,28 @@ def test_a_jsonl_task_is_extracted_and_transplanted_and_a_broken_line_is_refused
     res = snakemake(cwd, "-n")
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "example.jsonl:5: field 'donor' is missing; circuit.tasks needs it" in out
+
+
+def test_split_prefill_runs_on_a_users_items_and_refuses_a_line_without_a_swap(run1, tmp_path):
+    cwd = tmp_path / "copy"
+    shutil.copytree(run1, cwd)
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    cfg["tasks"]["mine"] = {"file": "config/tasks/split_example.jsonl"}
+    cfg["split_prefill"] |= {"task": "mine", "models": ["qwen_tiny", "falcon_tiny"]}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "--", "results/tables/split_prefill_retention.tsv", "results/tables/state_swap.tsv")
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+    assert res.returncode == 0 and jobs.get("split_prefill") == "2", res.stderr[-2000:]
+    for model in ("qwen_tiny", "falcon_tiny"):
+        rows = pd.read_csv(cwd / f"results/split_prefill/{model}/items.tsv", sep="\t", keep_default_na=False)
+        assert len(rows) == 3 * (len(CONDITIONS) + 1) and set(rows["seed"]) == {cfg["split_prefill"]["seeds"][0]}
+        assert list(dict.fromkeys(rows["language_of_a"])) == ["fr", "es", "en"]
+        assert list(dict.fromkeys(rows["expected"])) == ["tulipes", "Viena", "vanilla"]
+    example = cwd / "config/tasks/split_example.jsonl"
+    example.write_text(example.read_text() + '{"prompt": "[[question:What?]]", "answer": "x"}\n')
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    assert (
+        res.returncode != 0
+        and "split_example.jsonl:4: field 'swap' is missing; split_prefill.task needs it on every line" in out
+    )

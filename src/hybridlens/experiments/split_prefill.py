@@ -115,10 +115,13 @@ def _row(hm, lexicon, a, index: int, seed: int, condition: str, tokens) -> dict:
 def score(lexicon, a, generated: str) -> dict:
     """The metrics and sources of one generation for item `a` (its swap partner is B)."""
     b = a.partners["swap"]
-    named = lexicon.concepts(generated)
+    # A user's values the lexicon does not know are read as whole words, in their context's language.
+    extra = {v: (v, it.language) for it in (b, a) for v in it.concepts if v.casefold() not in lexicon.forms}
+    named = lexicon.concepts(generated, extra)
     language, confidence = lexicon.language(generated)
     counts = lexicon.persona_counts(generated)
     n_words = len(lexicon.words(generated))
+    nan = float("nan")  # an item that sets no language or no persona has no such metric
     return {
         "generated": generated,
         "expected": a.answer,
@@ -126,9 +129,9 @@ def score(lexicon, a, generated: str) -> dict:
         "persona_of_a": a.persona,
         # Content only: the asked value in any language, since the language is scored as style.
         "retrieval": int(any(c == a.concept for c, _ in named)),
-        "language": int(language == a.language),
+        "language": int(language == a.language) if a.language else nan,
         "language_confidence": confidence,
-        "persona": counts.get(a.persona, 0) / n_words if n_words else 0.0,
+        "persona": (counts.get(a.persona, 0) / n_words if n_words else 0.0) if a.persona else nan,
         "in_context": int(bool(named) and named[0][0] in a.concepts),
         "content_source": content_source(named[0] if named else None, a, b),
         "language_source": _source(language, a.language, b.language),

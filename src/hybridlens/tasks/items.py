@@ -53,6 +53,8 @@ class Item:
     partners: dict[str, "Item"] = field(default_factory=dict, compare=False)  # donor, corrupt, ...
     name: str = ""  # where the item comes from (a file's line), for messages
     raw: bool = False  # text for a base model: no chat template around it
+    language: str = ""  # the language the context asks replies in (a language code), if the item says
+    persona: str = ""  # the persona the context gives (split-prefill's style), if any
 
 
 def turns(item) -> Turns:

@@ -7,7 +7,9 @@ Each line is an object with a prompt, given as
   "text":     raw text, read as it is even by a model with a chat template (for base models);
 "answer" (what continues the prompt; its first token is what logit metrics read), and optionally "lead"
 (what stands between the prompt's end and the answer, e.g. " "), "choices" (answers whose logits metrics
-compare, the answer among them), "name", and the partners "donor" and "corrupt": objects of the same fields.
+compare, the answer among them), "name", "language" and "persona" (the reply language, as a language code,
+and the persona the context sets: split-prefill's style), and the partners "donor", "corrupt" and "swap":
+objects of the same fields.
 A span is marked inline as [[name:text]]: the text stays in the prompt and its characters are the span `name`.
 
 load    the items of a file, every problem refused in one line naming the line and the field
@@ -22,8 +24,8 @@ from pathlib import Path
 from hybridlens.tasks.items import Item
 
 DEFAULTS = {"file": None}  # config keys of a JSONL task; None: required
-PARTNERS = ("donor", "corrupt")
-FIELDS = {"prompt", "messages", "text", "answer", "lead", "choices", "name", *PARTNERS}
+PARTNERS = ("donor", "corrupt", "swap")
+FIELDS = {"prompt", "messages", "text", "answer", "lead", "choices", "name", "language", "persona", *PARTNERS}
 SPAN = re.compile(r"\[\[([A-Za-z_][A-Za-z0-9_]*):(.*?)\]\]", re.S)
 ROLES = ("system", "user", "assistant")
 
@@ -61,7 +63,7 @@ def _item(record, where, partner=False) -> Item:
         raise ValueError(
             f"{where}: give exactly one of the fields 'prompt', 'messages' and 'text' (got {given or 'none'})"
         )
-    for key in ("answer", "lead", "name", "prompt", "text"):
+    for key in ("answer", "lead", "name", "prompt", "text", "language", "persona"):
         if key in record and not isinstance(record[key], str):
             raise ValueError(f"{where}: field {key!r} must be a string")
     if not record.get("answer"):
@@ -96,6 +98,8 @@ def _item(record, where, partner=False) -> Item:
         partners=partners,
         name=record.get("name") or where,
         raw="text" in record,
+        language=record.get("language", ""),
+        persona=record.get("persona", ""),
     )
 
 

@@ -13,6 +13,8 @@ values, another language and another persona; `bare`, A without a persona (the n
 
 DEFAULTS, check, items   the task's plug-in interface (tasks/__init__.py)
 StyleItem                an item with its style and content: language, persona, asked concept, all concepts
+from_items               a user's items (a JSONL task with swap partners) as split-prefill items
+check_items              refuse, in one line, a user's item that split-prefill cannot read
 lexicon                  the Lexicon that reads a model's generations for this task
 TextLexicon              real text: a language identifier, the concepts' word forms, the marker lexicons
 ToyLexicon               the toy zoo: pseudo-language forms, one-token markers, fused words
@@ -21,12 +23,12 @@ ToyLexicon               the toy zoo: pseudo-language forms, one-token markers, 
 import functools
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import yaml
 
-from hybridlens.tasks.items import Item
+from hybridlens.tasks.items import Item, choice_words
 
 DATA = Path(__file__).parent / "data" / "style.yaml"
 LEXICONS = ("auto", "text", "toy")
@@ -53,8 +55,8 @@ DEFAULTS = {
 
 @dataclass(frozen=True)
 class StyleItem(Item):
-    language: str = ""  # a language code (text) or a toy language's index
-    persona: str = ""  # "" = none
+    """An item with its content: language is a code (text) or a toy language's index; persona "" is none."""
+
     concept: str = ""  # the asked fact's value
     concepts: tuple[str, ...] = ()  # every fact's value, in context order
 
@@ -210,6 +212,55 @@ def _from_prompt(p, name) -> StyleItem:
     )
 
 
+def from_items(items) -> list[StyleItem]:
+    """A user's items as split-prefill items: the asked value is the answer, the facts' values the choices;
+    the swap partner is the item's own, the bare partner the item without its system turn."""
+    out = []
+    for it in items:
+        a, b = _as_style(it), _as_style(it.partners["swap"])
+        out.append(replace(a, partners={"swap": b, "bare": _bare(a)}))
+    return out
+
+
+def _as_style(it) -> StyleItem:
+    own = {f.name: getattr(it, f.name) for f in fields(Item)} | {"partners": {}}
+    if "cues" not in it.spans and it.system:  # the style cues the cue condition replaces: the system turn
+        own["spans"] = {**it.spans, "cues": (0, len(it.system))}
+    return StyleItem(**own, concept=it.answer, concepts=choice_words(it))
+
+
+def _bare(item: StyleItem) -> StyleItem:
+    """The item without its system turn (its persona); spans move with the user turn they index."""
+    if not item.system:
+        return replace(item, persona="")
+    cut = len(item.system) + 1
+    spans = {n: (a - cut, b - cut) for n, (a, b) in item.spans.items() if a >= cut}
+    return replace(item, system="", persona="", spans=spans)
+
+
+def check_items(items, spec: dict, where: str) -> None:
+    """Every item has a question span (the split point) and a swap partner with one, style cues (a system turn
+    or a cues span), and names personas the lexicon knows (the shipped ones or persona_markers)."""
+    known = set(spec.get("persona_markers") or text()["personas"])
+    for it in items:
+        for label, item in (("", it), (" (swap)", it.partners.get("swap"))):
+            if item is None:
+                raise ValueError(f"{it.name}: field 'swap' is missing; {where} pairs every item with one")
+            if "question" not in item.spans:
+                raise ValueError(
+                    f"{it.name}{label}: no [[question:...]] span; {where} splits the prompt where the question starts"
+                )
+            if label == "" and not item.system and "cues" not in item.spans:
+                raise ValueError(
+                    f"{it.name}: no system turn and no [[cues:...]] span; {where} needs the style cues it replaces"
+                )
+            if item.persona and item.persona not in known:
+                raise ValueError(
+                    f"{it.name}{label}: persona {item.persona!r} has no markers; use one of {sorted(known)} "
+                    "or give its markers in split_prefill.persona_markers"
+                )
+
+
 def lexicon(hm, spec: dict, n_languages: int):
     spec = DEFAULTS | spec
     if lexicon_kind(hm, spec, n_languages) == "toy":
@@ -232,7 +283,9 @@ class Lexicon:
     def language(self, generated: str) -> tuple[str, float]:
         raise NotImplementedError
 
-    def concepts(self, generated: str) -> list[tuple[str, str]]:
+    def concepts(self, generated: str, extra=None) -> list[tuple[str, str]]:
+        """The values a generation names, in order, as (concept, language); `extra` adds phrases a lexicon
+        does not know (a user's answers)."""
         return [self.forms[w] for w in self.words(generated) if w in self.forms]
 
     def persona_counts(self, generated: str) -> dict[str, int]:
@@ -261,6 +314,16 @@ class TextLexicon(Lexicon):
 
     def words(self, generated: str) -> list[str]:
         return [w.casefold() for w in self.WORD.findall(generated)]
+
+    def concepts(self, generated: str, extra=None) -> list[tuple[str, str]]:
+        """Shipped word forms, and `extra` phrases (a user's answers: phrase -> (concept, language)) as whole
+        words, in the order they stand."""
+        folded = generated.casefold()
+        found = [(m.start(), self.forms[m.group()]) for m in self.WORD.finditer(folded) if m.group() in self.forms]
+        for phrase, meaning in (extra or {}).items():
+            pattern = rf"(?<!\w){re.escape(phrase.casefold())}(?!\w)"
+            found += [(m.start(), meaning) for m in re.finditer(pattern, folded)]
+        return [meaning for _, meaning in sorted(found, key=lambda f: f[0])]
 
     def language(self, generated: str) -> tuple[str, float]:
         if not any(c.isalpha() for c in generated):
