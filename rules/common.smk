@@ -21,6 +21,7 @@ from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
 from hybridlens.tasks import require_partner
 from hybridlens.tasks import settings as task_settings
+from hybridlens.tasks.items import require_entries
 from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
 from hybridlens.tasks.style import check_items as check_style_items
 from hybridlens.tasks.jsonl import load as load_task_items
@@ -407,12 +408,29 @@ def split_prefill_items():
         )
     require_partner(config["tasks"][name], "swap", "split_prefill.task")
     check_style_items(
-        load_task_items(config["tasks"][name]), SPLIT_TASK, "split_prefill.task"
+        load_task_items(config["tasks"][name]["file"]), SPLIT_TASK, "split_prefill.task"
     )
     return config["tasks"][name]
 
 
 SPLIT_USER_TASK = split_prefill_items()
+
+
+def scale_items():
+    """The JSONL task the scale sweep transplants on instead of the dictionary task, checked; None if none."""
+    name = config["scale"]["task"]
+    if not name:
+        return None
+    if name not in config["tasks"]:
+        raise ValueError(
+            f"config scale.task: {name!r} is not under tasks: ({sorted(config['tasks'])})"
+        )
+    require_partner(config["tasks"][name], "donor", "scale.task")
+    require_entries(load_task_items(config["tasks"][name]["file"]), "scale.task")
+    return config["tasks"][name]
+
+
+SCALE_USER_TASK = scale_items()
 
 
 def split_tables(name):

@@ -5,6 +5,7 @@ rule scale:
     # Readers, per-group removal profile, group transplants, chain analysis and verdict for one size.
     input:
         model_input,
+        user_items=[SCALE_USER_TASK["file"]] if SCALE_USER_TASK else [],
     output:
         summary="results/scale/{model}/summary.json",
         profile="results/scale/{model}/profile.csv",
@@ -25,6 +26,7 @@ rule scale:
     params:
         model=model_params,
         settings=canonical({k: v for k, v in config["scale"].items() if k != "models"}),
+        user_task=SCALE_USER_TASK,
         n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/scale.py"

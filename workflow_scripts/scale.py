@@ -7,10 +7,12 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
+    from hybridlens import tasks
     from hybridlens.experiments import scale
     from hybridlens.experiments.circuit import localize_reference
     from hybridlens.models.adapter import load_model
     from hybridlens.tasks import triples
+    from hybridlens.tasks.items import donor_triples
 
     torch.set_num_threads(snakemake.threads)
     s, n_languages = snakemake.params.settings, snakemake.params.n_languages
@@ -19,7 +21,10 @@ with script_log(snakemake) as log:
     main = circuit["reader"]
     readers = scale.readers(reader_rows, main, s["reader_min"])
     log.info("groups %s, readers %s", hm.groups, readers)
-    items = [t for seed in s["seeds"] for t in triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)]
+    if snakemake.params.user_task:  # a user's items, each with its donor
+        items = donor_triples(tasks.items_of(hm, snakemake.params.user_task, n_languages)[0])
+    else:
+        items = [t for seed in s["seeds"] for t in triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)]
     profile, transplant, blocking = scale.sweep(hm, items, readers, main, s["batch_size"])
     transplant_summary = scale.summarize_transplant(transplant)
     summary = {

@@ -1,5 +1,8 @@
 """Scale sweep: group sets, readers, transplants, blocking and the verdict on tiny saved models."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -162,3 +165,21 @@ def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
     assert [r["accuracy_intact"] for r in rows if r["blocked"] == f"r{early}.*"] == (
         (hosts.forward()[0].argmax(-1) == target).int().tolist()
     )
+
+
+def test_the_donors_entry_is_read_among_the_hosts_choices(hm):
+    """The sweep reads the donor's answer among the host's choices: for a dictionary triple that is the
+    donor's own queried entry, so a user's items (donor_triples) and the dictionary's are read alike."""
+    from hybridlens.tasks.items import answer_index, donor_index, donor_triples, require_entries
+    from hybridlens.tasks.jsonl import load
+
+    for t in triples(hm, 1, 6, 4, "chat", 2):
+        assert donor_index(t) == answer_index(t.donor) != answer_index(t.host)
+    example = load(Path(__file__).parents[2] / "config/tasks/example.jsonl")[:1]  # its first line has choices
+    require_entries(example, "scale.task")
+    (t,) = donor_triples(example)
+    assert (t.host, t.donor, t.other, donor_index(t)) == (example[0], example[0].partners["donor"], None, 0)
+    with pytest.raises(ValueError, match=r"grape: choice 1 'ice' is not marked \[\[value1:ice\]\] \(no such span\)"):
+        require_entries([replace(example[0], spans={})], "scale.task")
+    with pytest.raises(ValueError, match=r"grape: choice 0 'ice' is not marked \[\[value0:ice\]\] \(it holds 'fire'\)"):
+        require_entries([replace(example[0], choices=("ice", "fire", "gold"))], "scale.task")

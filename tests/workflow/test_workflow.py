@@ -97,7 +97,10 @@ def test_split_prefill_tables(run1):
         direct = run_items(hm, tasks.items_of(hm, spec | {"seed": 1}, 2)[0], 3, lexicon, seed=1)
     finally:
         torch.set_num_threads(threads)
-    items = pd.read_csv(run1 / "results/split_prefill/qwen_tiny/items.tsv", sep="\t", keep_default_na=False)
+    styles = {"language_of_a": str, "identified_language": str}  # toy languages are named by their index
+    items = pd.read_csv(
+        run1 / "results/split_prefill/qwen_tiny/items.tsv", sep="\t", keep_default_na=False, dtype=styles
+    )
     assert items[items["seed"] == 1].to_dict("records") == direct
     combined = pd.read_csv(run1 / "results/tables/split_prefill_retention.tsv", sep="\t")
     assert list(dict.fromkeys(combined["model"])) == MODELS + FAMILY_TOYS
@@ -634,3 +637,47 @@ def test_split_prefill_runs_on_a_users_items_and_refuses_a_line_without_a_swap(r
         res.returncode != 0
         and "split_example.jsonl:4: field 'swap' is missing; split_prefill.task needs it on every line" in out
     )
+
+
+SCALE_LINES = [
+    {
+        "prompt": f"Dictionary : [[key0:{a}]] = [[value0:{x}]] , [[key1:{b}]] = [[value1:{y}]] . "
+        f"Question : What is the value of [[query:{b}]] ?",
+        "answer": y,
+        "lead": " ",
+        "choices": [x, y],
+        "donor": {
+            "prompt": f"Dictionary : [[key0:{a}]] = [[value0:{x}]] , [[key1:{b}]] = [[value1:{y}]] . "
+            f"Question : What is the value of [[query:{a}]] ?",
+            "answer": x,
+            "lead": " ",
+        },
+    }
+    for a, b, x, y in [
+        ("apple", "grape", "fire", "ice"),
+        ("whale", "otter", "salt", "wine"),
+        ("drum", "harp", "silk", "honey"),
+    ]
+]
+
+
+def test_the_scale_sweep_runs_on_a_users_items_and_refuses_one_without_its_entries(run1, tmp_path):
+    cwd = tmp_path / "copy"
+    shutil.copytree(run1, cwd)
+    path = cwd / "config/tasks/mine.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in SCALE_LINES))
+    cfg = yaml.safe_load((cwd / "tests/config/config.yaml").read_text())
+    cfg["tasks"]["mine"] = {"file": "config/tasks/mine.jsonl"}
+    cfg["scale"] |= {"task": "mine", "models": ["qwen_tiny"]}
+    (cwd / "tests/config/config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "--", "results/scale/qwen_tiny/summary.json")
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+    assert res.returncode == 0 and jobs.get("scale") == "1", res.stderr[-2000:]
+    rows = pd.read_csv(cwd / "results/scale/qwen_tiny/transplant.csv")
+    assert set(rows["n"]) == {len(SCALE_LINES)}  # every group set over the user's three items
+    # A line whose donor's answer is not among its choices is named when the workflow parses.
+    broken = dict(SCALE_LINES[0], choices=["ice", "gold"])
+    path.write_text(path.read_text() + json.dumps(broken) + "\n")
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "mine.jsonl:4: the donor's answer 'fire' is not among the choices" in out

@@ -25,7 +25,7 @@ import torch
 from hybridlens.interventions.engine import Edit, Runner, attention_to, mixer_sites
 from hybridlens.interventions.on_items import encode, item_batches
 from hybridlens.stats import bootstrap
-from hybridlens.tasks.items import answer_index
+from hybridlens.tasks.items import answer_index, donor_index
 
 
 def readers(reader_rows, main: dict, minimum: float) -> list[dict]:
@@ -83,7 +83,7 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
 
     intact: the hosts' unedited forward, if the caller has it (sweep shares one per batch).
     """
-    b_entry, a_entry = [answer_index(t.host) for t in items], [answer_index(t.donor) for t in items]
+    b_entry, a_entry = [answer_index(t.host) for t in items], [donor_index(t) for t in items]
     b_pos = _host_tokens(hm, items).entry_positions(b_entry)
     rows = []
 
@@ -117,7 +117,7 @@ def profile_rows(hm, hosts: Runner, items, reader_list, main, intact=None):
 def transplant_rows(hm, hosts: Runner, donors: Runner, items, sets, reader_list, intact=None, attention=()):
     """Copy the donor's final-position writes of a group set into the host's final position (none: intact),
     then those of each attention layer in `attention` (rows A{layer}, n_groups 0)."""
-    a_entry, b_entry = [answer_index(t.donor) for t in items], [answer_index(t.host) for t in items]
+    a_entry, b_entry = [donor_index(t) for t in items], [answer_index(t.host) for t in items]
     host_tokens = _host_tokens(hm, items)
     a_pos, b_pos = host_tokens.entry_positions(a_entry), host_tokens.entry_positions(b_entry)
     sites = [s for layers in hm.groups for s in mixer_sites(layers)] + mixer_sites(list(attention))

@@ -12,6 +12,7 @@ Turns, turns     chat turns, and an item's (what HybridModel.render puts in the 
 choice_words     the answers an item's metrics compare
 answer_index     which of them is the answer (a dictionary prompt: the queried entry)
 Triple           a host item with its donor (same context, another answer) and another context asking the donor's
+donor_triples    a user's items with donors as Triples (no `other`); require_entries refuses what they lack
 token_positions  token indices of a position set or span of an item, from a tokenizer's offsets
 entry_parts      span names of one dictionary entry (key, value; links in hop)
 POSITION_SETS    final, question, dict, all
@@ -78,7 +79,36 @@ class Triple:
     index: int
     donor: Item
     host: Item
-    other: Item
+    other: Item | None  # a user's items have none
+
+
+def donor_index(triple) -> int:
+    """Which of the host's choices the donor's answer is: the entry a transplant redirects the host to."""
+    return choice_words(triple.host).index(triple.donor.answer)
+
+
+def donor_triples(items, seed: int = 0) -> list[Triple]:
+    """Items with a donor partner as the sweep's (donor, host) triples, in item order."""
+    return [Triple(seed, i, it.partners["donor"], it, None) for i, it in enumerate(items)]
+
+
+def require_entries(items, who: str) -> None:
+    """Refuse, in one line naming the item, one whose donor's answer is not among its choices, or whose
+    answer's and donor's entries are not marked ([[value{i}:...]] holding choice i, so choices come in entry
+    order): the sweep reads the host's logits of both answers and its readers' attention to both entries."""
+    for it in items:
+        choices, donor = choice_words(it), it.partners["donor"].answer
+        if donor not in choices:
+            raise ValueError(f"{it.name}: the donor's answer {donor!r} is not among the choices; {who} compares both")
+        joined = turns(it).joined
+        for i in (choices.index(it.answer), choices.index(donor)):
+            span = it.spans.get(f"value{i}")
+            if span is None or joined[span[0] : span[1]] != choices[i]:
+                held = "no such span" if span is None else f"it holds {joined[span[0] : span[1]]!r}"
+                raise ValueError(
+                    f"{it.name}: choice {i} {choices[i]!r} is not marked [[value{i}:{choices[i]}]] ({held}); list "
+                    f"choices in entry order and mark each entry's value, since {who} reads attention to it"
+                )
 
 
 def token_positions(item, offsets, part: str) -> list[int]:
