@@ -130,3 +130,41 @@ def test_a_family_hla_does_not_convert_is_refused_in_one_line(family):
     hla = re.escape(str(HLA_FAMILIES))
     with pytest.raises(ValueError, match=rf"HLA converts the Gated DeltaNet of the families {hla}, not {family}'s"):
         to_hla(model)
+
+
+def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
+    """flash-linear-attention returns its final state in float32 from a bfloat16 forward and its output in
+    bfloat16; simulated here on the PyTorch kernel, HLA's summaries, read-out and mix run in float32 and a
+    bfloat16 model converts, trains a step and decodes. With every gate 1 it is the GDN model within the
+    path allowance of bfloat16."""
+    from hybridlens.models import hla as module
+
+    plain = module.gated_delta_rule
+
+    def fla_contract(q, k, v, g, beta, initial_state, use_fla=True):
+        out, state = plain(q, k, v, g, beta, initial_state, use_fla=False)
+        return out.to(q.dtype), state.float()
+
+    monkeypatch.setattr(module, "gated_delta_rule", fla_contract)
+    name = HLA_FAMILIES[0]
+    gdn_model = build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(torch.bfloat16)
+    ids = torch.randint(0, 64, (2, 29), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        reference = gdn_model(ids, use_cache=False).logits
+    model = to_hla(build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(torch.bfloat16), chunk=8, bucket=4)
+    layer = FAMILIES[name].linear_mixer(FAMILIES[name].base_model(model).layers[0])  # the HLALayer
+    mixer = layer.mixer
+    with torch.no_grad():
+        mixer.gate_bias.fill_(60.0)  # every gate 1
+        assert_paths_close(model(ids, use_cache=False).logits, reference, dtype=torch.bfloat16)
+        mixer.gate_bias.fill_(0.0)
+    logits = model(ids, use_cache=False).logits
+    (logits.float().logsumexp(-1).mean() + sum(layer.aux.values())).backward()
+    assert mixer.router.grad is not None and torch.isfinite(mixer.router.grad.float()).all()
+    with torch.no_grad():
+        x = torch.randn(2, 29, 32, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(6))
+        out, state, _ = mixer(x[:, :13])
+        assert state.A.dtype == state.Bm.dtype == torch.float32 and out.dtype == torch.bfloat16
+        for i in range(13, 29):
+            out, state, _ = mixer(x[:, i : i + 1], state)
+        assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()

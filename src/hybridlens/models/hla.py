@@ -46,8 +46,15 @@ def _fla_kernel():
     return chunk_gated_delta_rule
 
 
+def mix_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype HLA's chunk summaries, read-out and mix run in: float32, or the model's if it is wider."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def gated_delta_rule(q, k, v, g, beta, initial_state, use_fla=True):
-    """Outputs [B, T, H, dv] and final state [B, H, dk, dv]; q and k are l2-normalised inside, q scaled."""
+    """Outputs [B, T, H, dv] in v's dtype and final state [B, H, dk, dv] in mix_dtype: flash-linear-attention's
+    contract (its state is float32 from a bfloat16 forward), which the PyTorch path keeps too; q and k are
+    l2-normalised inside, q scaled."""
     kernel = _fla_kernel() if use_fla and q.is_cuda else None
     if kernel is not None:
         out, state = kernel(
@@ -68,14 +75,15 @@ def gated_delta_rule(q, k, v, g, beta, initial_state, use_fla=True):
         output_final_state=True,
         use_qk_l2norm_in_kernel=True,
     )
-    return out.to(v.dtype), state.to(v.dtype)
+    return out.to(v.dtype), state.to(mix_dtype(v.dtype))
 
 
 def chunk_summaries(q, k, v, g, beta, chunk: int, use_fla=True):
     """Per chunk of `chunk` tokens (the last one padded with identity tokens: beta = 0, g = 0):
 
     returns out [B, T, H, dv] (each chunk's own output from a zero state), qc [B, T, H, dk] (A_{<=t}^T q_t, the
-    normalised, scaled query carried back through its chunk), A [B, H, n, dk, dk] and Bm [B, H, n, dk, dv].
+    normalised, scaled query carried back through its chunk), A [B, H, n, dk, dk] and Bm [B, H, n, dk, dv];
+    A and Bm in mix_dtype, out and qc in v's dtype, whichever kernel ran.
     """
     b, t, h, dk = k.shape
     dv = v.shape[-1]
@@ -89,13 +97,14 @@ def chunk_summaries(q, k, v, g, beta, chunk: int, use_fla=True):
         return x.reshape(b * n, chunk, *x.shape[2:])
 
     v_pad = torch.cat([v, v.new_zeros(*v.shape[:-1], dk)], -1)
-    init = torch.cat([v.new_zeros(dk, dv), torch.eye(dk, dtype=v.dtype, device=v.device)], -1)
+    mix = mix_dtype(v.dtype)
+    init = torch.cat([v.new_zeros(dk, dv, dtype=mix), torch.eye(dk, dtype=mix, device=v.device)], -1)
     init = init.expand(b * n, h, dk, dv + dk).contiguous()
     out, final = gated_delta_rule(
         per_chunk(q), per_chunk(k), per_chunk(v_pad), per_chunk(g), per_chunk(beta), init, use_fla
     )
     out = out.reshape(b, n * chunk, h, dv + dk)[:, :t]
-    final = final.reshape(b, n, h, dk, dv + dk).transpose(1, 2)
+    final = final.reshape(b, n, h, dk, dv + dk).transpose(1, 2).to(mix)
     return out[..., :dv], out[..., dv:], final[..., dv:], final[..., :dv]
 
 
@@ -230,7 +239,8 @@ class HLAMixer(nn.Module):
             reps = torch.cat([state.reps, reps], 2)
         n = A.shape[2]
         chunk_of = n_prev + torch.arange(t, device=q.device) // self.chunk  # global chunk index per token
-        aux = {}
+        aux, mix = {}, mix_dtype(v.dtype)
+        out = out.to(mix)  # the read-out and the mix in float32 (or wider), whatever the model's dtype
         if n:
             visible = (torch.arange(n, device=q.device)[None] < chunk_of[:, None]).to(q.dtype)  # [T, n]
             if self.mode == "gdn":
@@ -239,8 +249,8 @@ class HLAMixer(nn.Module):
                 s = torch.sigmoid(self.gates(q, reps, chunk_of)) * visible
                 aux = self.regularizers(s, visible)
                 self.last_gates = s.detach()
-            out = out + self.compose(A, Bm, s, qc)
-        out = out[:, t - t_new :]
+            out = out + self.compose(A, Bm, s.to(mix), qc.to(mix))
+        out = out[:, t - t_new :].to(v.dtype)
         keep = n_full * self.chunk
         new_state = HLAState(
             conv_tail,
