@@ -26,7 +26,7 @@ def test_the_shipped_example_loads_with_its_spans_turns_and_partners():
     grape = items[0]
     for name, word in (("key1", "grape"), ("value1", "ice"), ("query", "grape"), ("value0", "fire")):
         assert turns(grape).joined[slice(*grape.spans[name])] == word
-    assert "[[" not in grape.text and grape.choices == ("ice", "fire", "gold") and grape.lead == " "
+    assert "[[" not in grape.text and grape.choices == ("fire", "ice", "gold") and grape.lead == " "
     assert set(grape.partners) == {"donor", "corrupt"} and grape.partners["donor"].answer == "fire"
     prefilled = items[2]
     assert prefilled.prefill == "the value of harp is" and prefilled.system == ""
@@ -149,7 +149,7 @@ def test_the_registry_gives_a_configured_tasks_items_and_counts(hm, tmp_path):
     mine = tasks.settings("mine", {"file": EXAMPLE})
     items, counts = tasks.items_of(hm, mine, 2)
     assert [it.name for it in items] == ["grape", "otter", "prefilled", "raw"]
-    assert counts == {"items": 4, "donor": 4, "corrupt": 1}
+    assert counts == {"items": 4, "donor": 4, "corrupt": 1, "swap": 0}
     prompts, counts = tasks.items_of(hm, tasks.settings("chat4", {"n_pairs": 4, "n": 3}), 2)
     assert len(prompts) == 3 and prompts[0].framing == "toy" and counts["languages"] == 2
 
