@@ -263,6 +263,20 @@ def test_a_script_failure_gives_one_line_and_its_traceback_in_the_log(run1, tmp_
     assert not (cwd / store).exists()
 
 
+def test_a_full_disk_gives_one_line_that_says_so_and_leaves_no_half_store(run1, tmp_path):
+    cwd = copy_run(run1, tmp_path)
+    store = "results/activations/qwen_tiny/chat4.h5"
+    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": "dataset:activations/qwen_tiny/:2:enospc"}
+    res = snakemake(cwd, "--forcerun", "extract_activations", "--", store, env=env)
+    shown = [s for s in (res.stdout + res.stderr).splitlines() if s.startswith("hybridlens: ")]
+    assert res.returncode != 0 and len(shown) == 1, res.stderr[-2000:]
+    assert shown[0].startswith(
+        "hybridlens: extract_activations (model=qwen_tiny, task=chat4) failed: the disk is full (no space left on "
+        "device); free space where results/ lives"
+    )
+    assert not (cwd / store).exists() and not list((cwd / store).parent.glob(".chat4.h5.tmp-*"))
+
+
 def test_a_broken_patch_fails_the_identity_check_in_one_line_and_keeps_the_tables(run1, tmp_path):
     """Every write-site patch of the circuit job adds 1e-3 to what it writes: the identity transplant is no
     longer the intact forward, validate_circuit says so in one line, and the circuit's tables stay."""

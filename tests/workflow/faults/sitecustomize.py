@@ -6,8 +6,9 @@ Put this directory on PYTHONPATH and set HYBRIDLENS_FAULT="<point>:<path part>:<
           path contains it (a store being written)
           patch: every write-site patch writes its values plus <path part> (a number): a broken patch
   whom    self: SIGKILL the process that reaches the point (one job); group: its process group (snakemake and
-          all jobs); raise: raise a RuntimeError there (a bug in a script); pause: wait there until the file
-          HYBRIDLENS_RESUME names exists (a job that is still running)
+          all jobs); raise: raise a RuntimeError there (a bug in a script); enospc: raise the OSError of a
+          full disk there, as HDF5 reports it; pause: wait there until the file HYBRIDLENS_RESUME names exists
+          (a job that is still running)
 """
 
 import os
@@ -25,6 +26,8 @@ if _spec:
             if _count[0] == int(_n):
                 if _whom == "raise":
                     raise RuntimeError(f"injected fault at {os.fspath(path)}")
+                if _whom == "enospc":  # HDF5 puts the errno in its message, not in the exception's errno
+                    raise OSError(f"[Errno 28] Driver write request failed (file write failed: {os.fspath(path)})")
                 if _whom == "pause":
                     while not os.path.exists(os.environ["HYBRIDLENS_RESUME"]):
                         time.sleep(0.1)
