@@ -245,12 +245,19 @@ def test_a_store_written_for_something_else_is_refused_in_one_line(run1, tmp_pat
         assert res.returncode == 0, res.stderr[-2000:]
 
 
-def test_a_script_failure_gives_one_line_and_its_traceback_in_the_log(run1, tmp_path):
+STORE = "results/activations/qwen_tiny/chat4.h5"
+
+
+def _faulted_extraction(run1, tmp_path, fault):
+    """(copy of the run, its `hybridlens:` lines, the result) of one extraction job rerun with `fault`."""
     cwd = copy_run(run1, tmp_path)
-    store = "results/activations/qwen_tiny/chat4.h5"
-    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": "dataset:activations/qwen_tiny/:1:raise"}
-    res = snakemake(cwd, "--forcerun", "extract_activations", "--", store, env=env)
-    shown = [s for s in (res.stdout + res.stderr).splitlines() if s.startswith("hybridlens: ")]
+    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": fault}
+    res = snakemake(cwd, "--forcerun", "extract_activations", "--", STORE, env=env)
+    return cwd, [s for s in (res.stdout + res.stderr).splitlines() if s.startswith("hybridlens: ")], res
+
+
+def test_a_script_failure_gives_one_line_and_its_traceback_in_the_log(run1, tmp_path):
+    cwd, shown, res = _faulted_extraction(run1, tmp_path, "dataset:activations/qwen_tiny/:1:raise")
     assert res.returncode != 0 and len(shown) == 1
     log = "logs/extract_activations/qwen_tiny/chat4.log"
     assert re.fullmatch(
@@ -260,21 +267,17 @@ def test_a_script_failure_gives_one_line_and_its_traceback_in_the_log(run1, tmp_
     )
     text = (cwd / log).read_text()
     assert "Traceback (most recent call last)" in text and "RuntimeError: injected fault at" in text
-    assert not (cwd / store).exists()
+    assert not (cwd / STORE).exists()
 
 
 def test_a_full_disk_gives_one_line_that_says_so_and_leaves_no_half_store(run1, tmp_path):
-    cwd = copy_run(run1, tmp_path)
-    store = "results/activations/qwen_tiny/chat4.h5"
-    env = {**os.environ, "PYTHONPATH": FAULTS, "HYBRIDLENS_FAULT": "dataset:activations/qwen_tiny/:2:enospc"}
-    res = snakemake(cwd, "--forcerun", "extract_activations", "--", store, env=env)
-    shown = [s for s in (res.stdout + res.stderr).splitlines() if s.startswith("hybridlens: ")]
+    cwd, shown, res = _faulted_extraction(run1, tmp_path, "dataset:activations/qwen_tiny/:2:enospc")
     assert res.returncode != 0 and len(shown) == 1, res.stderr[-2000:]
     assert shown[0].startswith(
         "hybridlens: extract_activations (model=qwen_tiny, task=chat4) failed: the disk is full (no space left on "
         "device); free space where results/ lives"
     )
-    assert not (cwd / store).exists() and not list((cwd / store).parent.glob(".chat4.h5.tmp-*"))
+    assert not (cwd / STORE).exists() and not list((cwd / STORE).parent.glob(".chat4.h5.tmp-*"))
 
 
 def test_a_broken_patch_fails_the_identity_check_in_one_line_and_keeps_the_tables(run1, tmp_path):

@@ -43,7 +43,7 @@ def run_items(hm, items, n_new: int, lexicon, seed: int = 0, batch_size: int = 3
     """One row per (item, condition) and per item of the no-persona baseline: the generation, its three
     metrics and its three sources. Items are batched by the token lengths of their context and question
     (no padding); B's states come from prefills of B's own lengths."""
-    rng = random.Random(seed)
+    rng, stop = random.Random(seed), _stop_ids(hm)
     a_ids, offsets = hm.tokenize([turns(it) for it in items])
     splits = [token_positions(it, o, "question")[0] for it, o in zip(items, offsets, strict=True)]
     swap = [it.partners["swap"] for it in items]
@@ -66,13 +66,15 @@ def run_items(hm, items, n_new: int, lexicon, seed: int = 0, batch_size: int = 3
                 cache = edit(hm, cache_a, cache_n, state_b, cues)
                 tokens, _ = greedy(hm, question, n_new, cache=cache, start=split)
                 rows += [
-                    _row(hm, lexicon, items[i], i, seed, condition, t)
+                    _row(hm, lexicon, stop, items[i], i, seed, condition, t)
                     for i, t in zip(chunk, tokens.tolist(), strict=True)
                 ]
     bare = [it.partners["bare"] for it in items]
     for chunk, ids, _ in batches_by_length(hm, bare, batch_size):
         tokens, _ = greedy(hm, ids, n_new)
-        rows += [_row(hm, lexicon, items[i], i, seed, BASELINE, t) for i, t in zip(chunk, tokens.tolist(), strict=True)]
+        rows += [
+            _row(hm, lexicon, stop, items[i], i, seed, BASELINE, t) for i, t in zip(chunk, tokens.tolist(), strict=True)
+        ]
     order = {c: k for k, c in enumerate([*CONDITIONS, BASELINE])}
     return sorted(rows, key=lambda r: (r["item"], order[r["condition"]]))
 
@@ -99,17 +101,20 @@ def _neutral_ids(hm, rng, shape):
     return torch.tensor([[rng.choice(ids) for _ in range(shape[1])] for _ in range(shape[0])], device=hm.device)
 
 
-def _generated(hm, tokens) -> str:
-    """The generation up to the model's end of turn."""
+def _stop_ids(hm) -> set:
+    """The tokens that end a turn: the tokenizer's end of sequence and the chat templates' end markers."""
     stop = {hm.tokenizer.eos_token_id, *hm.tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])}
-    stop.discard(None)
-    stop.discard(hm.tokenizer.unk_token_id)
+    return stop - {None, hm.tokenizer.unk_token_id}
+
+
+def _generated(hm, tokens, stop) -> str:
+    """The generation up to the model's end of turn."""
     ends = [k for k, t in enumerate(tokens) if t in stop]
     return hm.tokenizer.decode(tokens[: ends[0]] if ends else tokens, skip_special_tokens=True).strip()
 
 
-def _row(hm, lexicon, a, index: int, seed: int, condition: str, tokens) -> dict:
-    return {"seed": seed, "item": index, "condition": condition, **score(lexicon, a, _generated(hm, tokens))}
+def _row(hm, lexicon, stop, a, index: int, seed: int, condition: str, tokens) -> dict:
+    return {"seed": seed, "item": index, "condition": condition, **score(lexicon, a, _generated(hm, tokens, stop))}
 
 
 def score(lexicon, a, generated: str) -> dict:
