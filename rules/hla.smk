@@ -125,7 +125,15 @@ rule hla_adapt:
     params:
         model=model_params,
         settings=hla_settings(
-            keep=("adapt", "chunk", "bucket", "reg", "length_multipliers", "longbench")
+            keep=(
+                "adapt",
+                "chunk",
+                "bucket",
+                "router",
+                "reg",
+                "length_multipliers",
+                "longbench",
+            )
         ),
     script:
         "../workflow_scripts/hla_adapt.py"

@@ -19,4 +19,7 @@ with script_log(snakemake) as log:
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)
     columns = ["phase", "_id", "difficulty", "length", "tokens", "answer", "pred", "correct"]
     pd.DataFrame(lb_rows, columns=columns).to_csv(snakemake.output.longbench, index=False)
-    pd.DataFrame(rows).assign(mode=snakemake.wildcards.model, seed=0).to_csv(snakemake.output.table, index=False)
+    table = pd.DataFrame(rows).assign(mode=snakemake.wildcards.model, seed=0)
+    # The router of the converted phases; the GDN phases have none.
+    table["router"] = table["phase"].map(lambda phase: s["router"] if phase in ("converted", "after") else "")
+    table.to_csv(snakemake.output.table, index=False)

@@ -163,7 +163,9 @@ def _hla(path, tasks=("macro",)):
     for task in tasks:
         for mode, g in t[t["task"] == task].groupby("mode", sort=False):
             g = g.set_index("length")
-            rows.append([mode, task] + [_ci(*g.loc[n, ["accuracy", "lo", "hi"]]) for n in lengths])
+            router = g["router"].iloc[0] if "router" in g and isinstance(g["router"].iloc[0], str) else ""
+            label = f"{mode} ({router} router)" if router else mode
+            rows.append([label, task] + [_ci(*g.loc[n, ["accuracy", "lo", "hi"]]) for n in lengths])
     return "HLA: accuracy by context length", _table(["mode", "task", *map(str, lengths)], rows)
 
 

@@ -120,8 +120,8 @@ def test_a_model_shipped_before_the_later_training_keys_counts_as_trained_with_t
     save_model(model, tmp_path / "model.safetensors")
     (tmp_path / "training.json").write_text(json.dumps(SPEC))  # no router, gate_bias, reg_warmup: shipped before them
     ship_directory(sorted(tmp_path.glob("*.*")), tmp_path / "zoo", {"model": "hla/hla_s3"})
-    load_shipped(tmp_path / "zoo", SPEC | {"router": "raw", "gate_bias": 0.0, "reg_warmup": 0.0})
-    with pytest.raises(SourceError, match=r"router='raw' \(config: 'cosine'\)"):
+    load_shipped(tmp_path / "zoo", SPEC | {"router": "hybridlens", "gate_bias": 0.0, "reg_warmup": 0.0})
+    with pytest.raises(SourceError, match=r"router='hybridlens' \(config: 'cosine'\)"):
         load_shipped(tmp_path / "zoo", SPEC | {"router": "cosine", "gate_bias": 0.0})
 
 

@@ -29,7 +29,14 @@ def hidden(t=37, seed=1):
 
 
 @pytest.mark.parametrize(
-    "mode, bias, router", [("gdn", 0.0, "raw"), ("hla", 60.0, "raw"), ("hla", 60.0, "cosine"), ("fixed", 60.0, "raw")]
+    "mode, bias, router",
+    [
+        ("gdn", 0.0, "paper"),
+        ("hla", 60.0, "paper"),
+        ("hla", 60.0, "hybridlens"),
+        ("hla", 60.0, "cosine"),
+        ("fixed", 60.0, "hybridlens"),
+    ],
 )
 def test_all_gates_one_is_gdn(gdn, mode, bias, router):
     hla = HLAMixer(gdn, mode=mode, chunk=8, bucket=4, gate_bias=bias, router=router).double()
@@ -60,13 +67,16 @@ def test_chunk_maps_equal_the_product_of_token_maps():
             assert_paths_close(B[0, head, c], Bc, dtype=KERNEL)
 
 
-@pytest.mark.parametrize("mode, router", [("hla", "raw"), ("hla", "cosine"), ("fixed", "raw")])
+@pytest.mark.parametrize(
+    "mode, router", [("hla", "paper"), ("hla", "hybridlens"), ("hla", "cosine"), ("fixed", "hybridlens")]
+)
 def test_prefill_then_decode_equals_the_full_forward(gdn, mode, router):
     torch.manual_seed(2)
     hla = HLAMixer(gdn, mode=mode, chunk=8, bucket=4, gate_bias=0.0, router=router).double()
     with torch.no_grad():
         hla.distance_logit.normal_()
-        hla.pool.normal_()
+        for p in (hla.pool,) if router != "paper" else (hla.query_map, hla.pool_key):
+            p.normal_()
         x = hidden(29)
         full, _, _ = hla(x)
         out, state, _ = hla(x[:, :13])
@@ -78,16 +88,34 @@ def test_prefill_then_decode_equals_the_full_forward(gdn, mode, router):
     assert state.A.shape[2] == 29 // 8 and state.open[0].shape[1] == 29 % 8
 
 
-def test_gates_are_query_dependent_and_gradients_reach_the_router(gdn):
-    hla = HLAMixer(gdn, mode="hla", chunk=8, bucket=4, gate_bias=0.0).double()
+@pytest.mark.parametrize(
+    "router, learned",
+    [
+        ("paper", ("query_map", "pool_key", "pool_value", "pool_out")),
+        ("hybridlens", ("router", "pool", "gate_bias")),
+    ],
+)
+def test_gates_are_query_dependent_and_gradients_reach_the_router(gdn, router, learned):
+    hla = HLAMixer(gdn, mode="hla", chunk=8, bucket=4, gate_bias=0.0, router=router).double()
     out, _, aux = hla(hidden(40))
     with torch.no_grad():
         assert (out - gdn(hidden(40))).abs().max() > 1e-3  # gates near 0.5 really change the output
     assert set(aux) == {"support", "budget", "binary"}
     (out.pow(2).mean() + sum(aux.values())).backward()
-    for p in (hla.router, hla.pool, hla.gate_bias):
-        assert p.grad is not None and p.grad.abs().max() > 0
+    router_params = {n for n, _ in hla.named_parameters() if not n.startswith("gdn.") and n != "distance_logit"}
+    assert router_params == set(learned)
+    for name in learned:
+        grad = getattr(hla, name).grad
+        assert grad is not None and grad.abs().max() > 0
     hla.zero_grad()
+
+
+def test_the_paper_router_keeps_its_bias_constant(gdn):
+    hla = HLAMixer(gdn, chunk=8, bucket=4).double()
+    assert "gate_bias" not in dict(hla.named_parameters())
+    assert hla.gate_bias.tolist() == pytest.approx([2.2] * gdn.num_v_heads)
+    assert hla.reg_weights == {"budget": 0.005, "support": 0.001, "binary": 0.001}
+    assert (hla.chunk, hla.bucket) == (8, 4) and (HLAMixer(gdn).chunk, HLAMixer(gdn).bucket) == (256, 16)
 
 
 def test_the_cosine_router_scores_normalised_query_against_normalised_representatives(gdn):
@@ -106,7 +134,7 @@ def test_the_cosine_router_scores_normalised_query_against_normalised_representa
                 scores = [5 * (qn @ hla.router[head]) @ (r / r.norm()) for r in reps[0, head, c]]
                 expected = torch.logsumexp(torch.stack(scores), 0) - torch.log(torch.tensor(2.0)) + 0.5
                 torch.testing.assert_close(logits[0, head, t, c], expected.to(torch.float64))
-    with pytest.raises(ValueError, match=r"HLA router 'dot'; use one of \('raw', 'cosine'\)"):
+    with pytest.raises(ValueError, match=r"HLA router 'dot'; use one of \('paper', 'hybridlens', 'cosine'\)"):
         HLAMixer(gdn, router="dot")
 
 
@@ -152,6 +180,7 @@ def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
     with torch.no_grad():
         reference = gdn_model(ids, use_cache=False).logits
     model = to_hla(build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(torch.bfloat16), chunk=8, bucket=4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     layer = FAMILIES[name].linear_mixer(FAMILIES[name].base_model(model).layers[0])  # the HLALayer
     mixer = layer.mixer
     with torch.no_grad():
@@ -159,8 +188,11 @@ def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
         assert_paths_close(model(ids, use_cache=False).logits, reference, dtype=torch.bfloat16)
         mixer.gate_bias.fill_(0.0)
     logits = model(ids, use_cache=False).logits
-    (logits.float().logsumexp(-1).mean() + sum(layer.aux.values())).backward()
-    assert mixer.router.grad is not None and torch.isfinite(mixer.router.grad.float()).all()
+    (logits.float().logsumexp(-1).mean() + layer.penalty()).backward()
+    assert mixer.query_map.grad is not None and torch.isfinite(mixer.query_map.grad.float()).all()
+    before = mixer.query_map.detach().clone()
+    opt.step()
+    assert mixer.query_map.dtype == torch.float32 and not torch.equal(mixer.query_map, before)
     with torch.no_grad():
         x = torch.randn(2, 29, 32, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(6))
         out, state, _ = mixer(x[:, :13])

@@ -139,7 +139,7 @@ def batch(task, rng, n, length, sym, device="cpu"):
 
 
 # Training keys added after models were shipped, with the value every model shipped before them was trained with.
-SPEC_DEFAULTS = {"router": "raw", "gate_bias": 0.0, "reg_warmup": 0.0}
+SPEC_DEFAULTS = {"router": "hybridlens", "gate_bias": 0.0, "reg_warmup": 0.0}
 
 
 def build(
@@ -151,7 +151,7 @@ def build(
     seed: int,
     chunk: int,
     bucket: int,
-    router: str = "raw",
+    router: str = "paper",
     gate_bias: float = 0.0,
 ):
     """An all-linear Qwen3.5-architecture model; `mode` gdn keeps transformers' GDN mixers. `gate_bias` is the
@@ -202,8 +202,8 @@ def load_shipped(directory, spec: dict, device: str = "cpu"):
 def _loss(model, ids, labels, reg: float):
     logits = model(ids, use_cache=False).logits[:, :-1]
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
-    aux = [v for m in model.modules() if isinstance(m, HLALayer) for v in m.aux.values()]
-    return loss + reg * sum(aux) if aux else loss, loss
+    penalties = [m.penalty() for m in model.modules() if isinstance(m, HLALayer) and m.aux]
+    return loss + reg * sum(penalties) if penalties else loss, loss
 
 
 def train(
@@ -315,7 +315,7 @@ def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=N
     train(control, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0)
     measure(control, "gdn_finetuned")
     del control
-    router = settings.get("router", "raw")
+    router = settings["router"]
     to_hla(hm.model, "hla", chunk=settings["chunk"], bucket=settings["bucket"], gate_bias=a["gate_bias"], router=router)
     measure(hm.model, "converted")
     curve = train(hm.model, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0, reg=settings["reg"])

@@ -15,11 +15,13 @@ gated_delta_rule   GDN over [B, T, H, d]: flash-linear-attention's kernel on CUD
 chunk_summaries    (A_c, B_c) per chunk and the per-token pieces, from the padded pass
 HLAMixer           drop-in replacement for a Qwen3.5 GatedDeltaNet mixer that shares its weights; `mode` is
                    "hla" (router gates), "fixed" (learned gate per chunk distance) or "gdn" (gates 1);
-                   `router` is "raw" (the design's: raw query against raw-key representatives) or "cosine"
+                   `router` is "paper" (the HLA authors' router and regularisers, docs/hla.md) or one of
+                   ours: "hybridlens" (post-convolution query against softmax-pooled keys) and "cosine"
                    (the same vectors l2-normalised, as the delta rule compares them)
 HLAState           the decode cache: conv tail, finished chunks' summaries, the unfinished chunk's tokens
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +31,11 @@ from torch import nn
 from hybridlens.models.families import FAMILIES, family_of
 
 MODES = ("hla", "fixed", "gdn")
-ROUTERS = ("raw", "cosine")
+ROUTERS = ("paper", "hybridlens", "cosine")
+# The authors' weights of their three regularizers; ours weigh each 1 (and the config's `reg` scales both).
+REG_WEIGHTS = {"paper": {"budget": 0.005, "support": 0.001, "binary": 0.001}}
+PAPER_BUDGET = 3.0  # the paper's budget: earlier gates summing past 3 chunks are penalised
+PAPER_SUPPORT_FROM = 3  # effective support is penalised for tokens with at least this many earlier chunks
 # With its map at the identity (as initialised) a cosine router's scores span [-5, 5] before the bias, so a match
 # can open a gate that a mismatch shuts; raw scores instead follow the vectors' norms, mostly positive after SiLU.
 COSINE_SCALE = 5.0
@@ -115,8 +121,8 @@ class HLAState:
     conv: torch.Tensor  # [B, conv_dim, kernel - 1] pre-conv inputs
     A: torch.Tensor  # [B, H, n, dk, dk]
     Bm: torch.Tensor  # [B, H, n, dk, dv]
-    reps: torch.Tensor  # [B, H, n, buckets, dk] raw-key bucket representatives
-    open: tuple  # (q, k, v, g, beta) of the unfinished chunk, [B, L, ...] with L < chunk
+    reps: torch.Tensor  # [B, H, n, buckets, dk] bucket representatives of the router's keys
+    open: tuple  # (q, k, v, g, beta, router q, router k) of the unfinished chunk, [B, L, ...] with L < chunk
 
 
 class HLAMixer(nn.Module):
@@ -130,13 +136,13 @@ class HLAMixer(nn.Module):
         self,
         gdn,
         mode: str = "hla",
-        chunk: int = 64,
+        chunk: int = 256,
         bucket: int = 16,
-        gate_bias: float = 4.0,
+        gate_bias: float = 2.2,
         max_distance: int = 64,
         budget: float = 0.5,
         use_fla: bool = True,
-        router: str = "raw",
+        router: str = "paper",
     ):
         super().__init__()
         if mode not in MODES:
@@ -155,13 +161,24 @@ class HLAMixer(nn.Module):
             router,
         )
         h, dk = gdn.num_v_heads, gdn.head_k_dim
-        # Router: a per-head map of the raw query against bucket representatives (raw keys pooled by a
-        # one-head attention with a learned query). Identity map and a large bias: gates start near 1 (= GDN).
-        self.router = nn.Parameter(torch.eye(dk).repeat(h, 1, 1))
-        self.pool = nn.Parameter(torch.zeros(h, dk))
-        self.gate_bias = nn.Parameter(torch.full((h,), float(gate_bias)))
+        self.reg_weights = REG_WEIGHTS.get(router, dict.fromkeys(("support", "budget", "binary"), 1.0))
+        # New weights live beside the GDN's, in float32 (or wider) so that small updates survive a bf16 model.
+        like = {"device": gdn.A_log.device, "dtype": mix_dtype(gdn.in_proj_qkv.weight.dtype)}
+        if router == "paper":
+            # The authors' router: per-head d x d maps, initialised as torch.nn.Linear initialises (no bias), of
+            # the query and of a one-head self-attention inside each bucket (key, value, output); a constant bias.
+            for name in ("query_map", "pool_key", "pool_value", "pool_out"):
+                weight = torch.empty(h, dk, dk, **like).uniform_(-(dk**-0.5), dk**-0.5)
+                self.register_parameter(name, nn.Parameter(weight))
+            self.register_buffer("gate_bias", torch.full((h,), float(gate_bias), **like))
+        else:
+            # Ours: a per-head map of the query against bucket representatives (keys pooled by a softmax over
+            # one learned vector). Identity map and a large bias: gates start near 1 (= GDN).
+            self.router = nn.Parameter(torch.eye(dk, **like).repeat(h, 1, 1))
+            self.pool = nn.Parameter(torch.zeros(h, dk, **like))
+            self.gate_bias = nn.Parameter(torch.full((h,), float(gate_bias), **like))
         # Fixed mixing: one content-independent gate logit per head and chunk distance (1 = the previous chunk).
-        self.distance_logit = nn.Parameter(torch.zeros(h, max_distance))
+        self.distance_logit = nn.Parameter(torch.zeros(h, max_distance, **like))
         self.last_gates = None  # [B, H, T, n] gates of the last forward (0 where a chunk is not earlier), to inspect
 
     # --- the GDN parts ----------------------------------------------------------------------------------
@@ -175,16 +192,23 @@ class HLAMixer(nn.Module):
         conv = F.conv1d(ext, gdn.conv1d.weight, gdn.conv1d.bias, groups=gdn.conv_dim)
         conv = F.silu(conv).transpose(1, 2)
         q, k, v = torch.split(conv, [gdn.key_dim, gdn.key_dim, gdn.value_dim], -1)
-        q = q.reshape(b, t, -1, gdn.head_k_dim)
-        k = k.reshape(b, t, -1, gdn.head_k_dim)
+        q, k = self._heads(q, b, t), self._heads(k, b, t)
         v = v.reshape(b, t, -1, gdn.head_v_dim)
-        if gdn.num_v_heads != gdn.num_k_heads:  # grouped value heads share a query/key head
-            rep = gdn.num_v_heads // gdn.num_k_heads
-            q, k = q.repeat_interleave(rep, 2), k.repeat_interleave(rep, 2)
+        if self.router_kind == "paper":  # the authors' "raw" q and k: the projections, before conv and SiLU
+            qr, kr, _ = torch.split(mixed.transpose(1, 2), [gdn.key_dim, gdn.key_dim, gdn.value_dim], -1)
+            qr, kr = self._heads(qr, b, t), self._heads(kr, b, t)
+        else:
+            qr, kr = q, k
         beta = gdn.in_proj_b(hidden).sigmoid()
         g = -gdn.A_log.float().exp() * F.softplus(gdn.in_proj_a(hidden).float() + gdn.dt_bias)
         z = gdn.in_proj_z(hidden).reshape(b, t, -1, gdn.head_v_dim)
-        return q, k, v, g.to(v.dtype), beta, z, ext[..., -(gdn.conv_kernel_size - 1) :]
+        return q, k, v, g.to(v.dtype), beta, qr, kr, z, ext[..., -(gdn.conv_kernel_size - 1) :]
+
+    def _heads(self, x, b, t):
+        """[B, T, key_dim] -> [B, T, H, dk], grouped value heads sharing their query/key head."""
+        gdn = self.gdn
+        x = x.reshape(b, t, -1, gdn.head_k_dim)
+        return x.repeat_interleave(gdn.num_v_heads // gdn.num_k_heads, 2)
 
     def _output(self, core, z):
         b, t = core.shape[:2]
@@ -193,11 +217,19 @@ class HLAMixer(nn.Module):
 
     # --- gates ------------------------------------------------------------------------------------------
     def representatives(self, k):
-        """Raw keys [B, n*C, H, dk] of finished chunks -> [B, H, n, buckets, dk]."""
+        """The router's keys [B, n*C, H, dk] of finished chunks -> one representative per bucket,
+        [B, H, n, buckets, dk]."""
         b, t, h, dk = k.shape
         kb = k.reshape(b, t // self.bucket, self.bucket, h, dk)
-        w = torch.softmax(torch.einsum("bnchd,hd->bnch", kb, self.pool.to(k.dtype)), dim=2)
-        reps = torch.einsum("bnch,bnchd->bnhd", w, kb)  # [B, buckets total, H, dk]
+        if self.router_kind == "paper":  # one-head self-attention inside the bucket, then the mean of its outputs
+            keys = torch.einsum("bnchd,hde->bnche", kb, self.pool_key.to(k.dtype))
+            values = torch.einsum("bnchd,hde->bnche", kb, self.pool_value.to(k.dtype))
+            att = torch.softmax(torch.einsum("bnihd,bnjhd->bnhij", kb, keys) / dk**0.5, dim=-1)
+            mean = torch.einsum("bnhij,bnjhd->bnhd", att, values) / self.bucket
+            reps = torch.einsum("bnhd,hde->bnhe", mean, self.pool_out.to(k.dtype))
+        else:
+            w = torch.softmax(torch.einsum("bnchd,hd->bnch", kb, self.pool.to(k.dtype)), dim=2)
+            reps = torch.einsum("bnch,bnchd->bnhd", w, kb)  # [B, buckets total, H, dk]
         return reps.reshape(b, t // self.chunk, self.chunk // self.bucket, h, dk).permute(0, 3, 1, 2, 4)
 
     def gates(self, q_raw, reps, chunk_of):
@@ -206,11 +238,12 @@ class HLAMixer(nn.Module):
             cosine = self.router_kind == "cosine"
             if cosine:
                 q_raw, reps = F.normalize(q_raw, dim=-1), F.normalize(reps, dim=-1)
-            mapped = torch.einsum("bthd,hde->bhte", q_raw, self.router.to(q_raw.dtype))
+            qmap = self.query_map if self.router_kind == "paper" else self.router
+            mapped = torch.einsum("bthd,hde->bhte", q_raw, qmap.to(q_raw.dtype))
             scores = torch.einsum("bhte,bhnme->bhtnm", mapped, reps)
             scores = scores * COSINE_SCALE if cosine else scores / q_raw.shape[-1] ** 0.5
             nb = reps.shape[-2]
-            logit = torch.logsumexp(scores, -1) - torch.log(torch.tensor(float(nb)))
+            logit = torch.logsumexp(scores, -1) - math.log(nb)  # the mean over buckets, in log space
             return logit + self.gate_bias.to(q_raw.dtype)[None, :, None, None]
         n = reps.shape[2]
         dist = (chunk_of[:, None] - torch.arange(n, device=chunk_of.device)[None]).clamp(
@@ -221,17 +254,19 @@ class HLAMixer(nn.Module):
 
     # --- forward ----------------------------------------------------------------------------------------
     def forward(self, hidden, state: HLAState | None = None):
-        q, k, v, g, beta, z, conv_tail = self._project(hidden, None if state is None else state.conv)
+        q, k, v, g, beta, qr, kr, z, conv_tail = self._project(hidden, None if state is None else state.conv)
         t_new = q.shape[1]
+        tokens = (q, k, v, g, beta, qr, kr)
         if state is not None and state.open[0].shape[1]:  # the open chunk is recomputed with the new tokens
-            q, k, v, g, beta = (torch.cat([o, x], 1) for o, x in zip(state.open, (q, k, v, g, beta), strict=True))
+            tokens = tuple(torch.cat([o, x], 1) for o, x in zip(state.open, tokens, strict=True))
+        q, k, v, g, beta, qr, kr = tokens
         n_prev = 0 if state is None else state.A.shape[2]
         out, qc, A, Bm = chunk_summaries(q, k, v, g, beta, self.chunk, self.use_fla)
         t = q.shape[1]
         n_full = t // self.chunk
         A, Bm = A[:, :, :n_full], Bm[:, :, :n_full]
         if n_full:
-            reps = self.representatives(k[:, : n_full * self.chunk])
+            reps = self.representatives(kr[:, : n_full * self.chunk])
         else:
             reps = q.new_zeros(*A.shape[:3], self.chunk // self.bucket, k.shape[-1])
         if state is not None:
@@ -246,7 +281,7 @@ class HLAMixer(nn.Module):
             if self.mode == "gdn":
                 s = visible.expand(q.shape[0], q.shape[2], -1, -1)
             else:
-                s = torch.sigmoid(self.gates(q, reps, chunk_of)) * visible
+                s = torch.sigmoid(self.gates(qr, reps, chunk_of)) * visible
                 aux = self.regularizers(s, visible)
                 self.last_gates = s.detach()
             out = out + self.compose(A, Bm, s.to(mix), qc.to(mix))
@@ -257,7 +292,7 @@ class HLAMixer(nn.Module):
             A,
             Bm,
             reps,
-            tuple(x[:, keep:] for x in (q, k, v, g, beta)),
+            tuple(x[:, keep:] for x in tokens),
         )
         return self._output(out, z), new_state, aux
 
@@ -278,7 +313,10 @@ class HLAMixer(nn.Module):
         return out.transpose(1, 2)
 
     def regularizers(self, s, visible):
-        """Effective support relu(ES - 2)^2, gate budget relu(mean gate - budget)^2 and binary s(1 - s)."""
+        """The three regularizers of the gates s [B, H, T, n] (0 where a chunk is not earlier, visible [T, n]),
+        unweighted (`reg_weights` weighs them); the paper's for its router, ours for the others."""
+        if self.router_kind == "paper":
+            return paper_regularizers(s, visible)
         count = visible.sum(-1)  # [T] earlier chunks per token
         has = count > 0
         total = s.sum(-1).clamp_min(1e-9)
@@ -291,6 +329,28 @@ class HLAMixer(nn.Module):
             "budget": (F.relu(mean_gate - self.budget) ** 2)[..., has].mean(),
             "binary": binary[..., has].mean(),
         }
+
+
+def paper_regularizers(s, visible):
+    """The HLA authors' regularizers of gates s [B, H, T, n] over the earlier chunks (visible [T, n]):
+
+    budget   (relu(sum of a token's gates - 3) / 3)^2, mean over tokens
+    support  relu(ES - 2)^2 with ES = (sum s)^2 / sum s^2 (gates clamped at 1e-8), mean over the tokens with
+             at least 3 earlier chunks (0 when there are none)
+    binary   s (1 - s), mean over every (token, earlier chunk)
+    """
+    count = visible.sum(-1)  # [T]
+    budget = (F.relu(s.sum(-1) - PAPER_BUDGET) / PAPER_BUDGET).pow(2).mean()
+    late = count >= PAPER_SUPPORT_FROM
+    if late.any():
+        sc = s[..., late, :].clamp_min(1e-8) * visible[late]
+        es = sc.sum(-1).pow(2) / sc.pow(2).sum(-1)
+        support = F.relu(es - 2).pow(2).mean()
+    else:
+        support = s.new_zeros(())
+    pairs = visible.sum() * s.shape[0] * s.shape[1]
+    binary = (s * (1 - s) * visible).sum() / pairs.clamp_min(1)
+    return {"support": support, "budget": budget, "binary": binary}
 
 
 class HLALayer(nn.Module):
@@ -307,6 +367,10 @@ class HLALayer(nn.Module):
             raise NotImplementedError("HLA layers run without the transformers cache; call with use_cache=False")
         out, _, self.aux = self.mixer(hidden_states)
         return out
+
+    def penalty(self):
+        """The regularizers of the last forward, weighted as the mixer's router prescribes."""
+        return sum(self.mixer.reg_weights[name] * value for name, value in self.aux.items())
 
 
 def to_hla(model, mode: str = "hla", **kwargs):

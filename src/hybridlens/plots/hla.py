@@ -43,7 +43,10 @@ def length_table(rows: pd.DataFrame) -> pd.DataFrame:
         out.append(
             {"mode": mode, "task": "macro", "length": length, "seeds": len(g), "accuracy": g.mean(), "lo": lo, "hi": hi}
         )
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    # Which router each chunk-mixing model used ("" for GDN and fixed mixing), as its rows said.
+    routers = rows.get("router", pd.Series("", index=rows.index)).fillna("").groupby(rows["mode"]).first()
+    return table.assign(router=table["mode"].map(routers).fillna(""))
 
 
 def plot_adapt(table: pd.DataFrame, path):
