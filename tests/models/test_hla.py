@@ -200,3 +200,27 @@ def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
         for i in range(13, 29):
             out, state, _ = mixer(x[:, i : i + 1], state)
         assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("router", ["paper", "hybridlens"])
+def test_a_converted_model_decodes_through_the_transformers_cache_as_its_full_forward(router):
+    """Prefill 13 tokens with a cache, then 10 single tokens: every step's logits are the full forward's; and
+    generate() with the cache is greedy decoding by full recomputation."""
+    from transformers import DynamicCache
+
+    model = build_toy_model(HLA_FAMILIES[0], 64, 32, "LLA", heads=2, seed=0).double().eval()
+    torch.manual_seed(3)
+    to_hla(model, chunk=4, bucket=2, gate_bias=0.0, router=router)  # gates near 0.5: mixing matters
+    ids = torch.randint(0, 64, (2, 23), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+        cache = DynamicCache(config=model.config)
+        steps = [model(ids[:, :13], past_key_values=cache, use_cache=True).logits]
+        for t in range(13, 23):
+            steps.append(model(ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits)
+        assert_paths_close(torch.cat(steps, 1), full, dtype=KERNEL)
+        generated = model.generate(ids[:, :13], max_new_tokens=8, do_sample=False, pad_token_id=0)
+        greedy = ids[:, :13]
+        for _ in range(8):
+            greedy = torch.cat([greedy, model(greedy, use_cache=False).logits[:, -1:].argmax(-1)], 1)
+    assert torch.equal(generated, greedy)

@@ -22,6 +22,7 @@ HLAState           the decode cache: conv tail, finished chunks' summaries, the 
 """
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -354,18 +355,23 @@ def paper_regularizers(s, visible):
 
 
 class HLALayer(nn.Module):
-    """An HLAMixer in a decoder layer's mixer slot: the decoder's call signature, output only; the
-    regularizers of the last forward stay in `aux`. Generation through the transformers cache is not wired:
-    decode with HLAMixer and its HLAState."""
+    """An HLAMixer in a decoder layer's mixer slot, with the decoder's call signature; the regularizers of the
+    last forward stay in `aux`. Given a transformers cache, the layer keeps its HLAState beside it (keyed by the
+    cache object), so `model.generate` decodes token by token; a cache is only ever extended, never cropped."""
 
     def __init__(self, mixer: HLAMixer):
         super().__init__()
         self.mixer, self.aux = mixer, {}
+        self._states = weakref.WeakKeyDictionary()
 
     def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        from transformers.models.qwen3_5.modeling_qwen3_5 import apply_mask_to_padding_states
+
+        hidden_states = apply_mask_to_padding_states(hidden_states, attention_mask)  # as the GDN does
+        state = self._states.get(cache) if cache is not None else None
+        out, new_state, self.aux = self.mixer(hidden_states, state)
         if cache is not None:
-            raise NotImplementedError("HLA layers run without the transformers cache; call with use_cache=False")
-        out, _, self.aux = self.mixer(hidden_states)
+            self._states[cache] = new_state
         return out
 
     def penalty(self):
