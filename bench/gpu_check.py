@@ -9,7 +9,11 @@ well inside 8 minutes on one GPU; without CUDA it says so in one line and exits.
    maps (models.hla.chunk_summaries) with and without the kernel.
 2. mamba-ssm's mamba_chunk_scan_combined vs transformers' plain scan at Granite-4.0-H-tiny's Mamba-2 shape
    (48 heads of 64, state 128): outputs, final states, gradients.
-3. The circuit (localization, query and state transplants with controls) on Qwen3.5-9B's real dimensions with
+3. A bfloat16 HLA adaptation step (the paper's router, C = 256, buckets of 16) on Qwen3.5-0.8B's real
+   dimensions with random weights: with every gate 1 the converted model is the original within bfloat16's
+   allowance; a training step with the regularizers and AdamW, and cached decoding, stay finite; time and
+   peak memory.
+4. The circuit (localization, query and state transplants with controls) on Qwen3.5-9B's real dimensions with
    random weights: time, forward tokens per second and the fraction of the GPU's bfloat16 peak that is.
 """
 
@@ -99,6 +103,66 @@ def check_mamba(device):
     return compare("Mamba-2 scan kernel vs plain PyTorch (Granite-tiny shape)", fast, plain, inputs, 2e-3)
 
 
+def _realshape(name, layers, device):
+    """A random-weight bfloat16 model of a published Qwen3.5 config's real width."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    published = json.loads((REAL_CONFIGS / name).read_text())
+    text = published["text_config"]
+    config = realshape_config(published, layers=layers, hidden=text["hidden_size"], vocab=text["vocab_size"])
+    kwargs = {k: v for k, v in config.items() if k != "transformers_version"}
+    cfg = AutoConfig.for_model(**kwargs, attn_implementation="eager").get_text_config()
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    torch.set_default_dtype(torch.float32)
+    return model
+
+
+def check_hla_bf16(device, length=2048):
+    from hybridlens.models.hla import HLALayer, to_hla
+
+    torch.manual_seed(0)
+    model = _realshape("Qwen__Qwen3.5-0.8B.config.json", 4, device).eval()
+    ids = torch.randint(0, 150000, (2, length), device=device)
+    with torch.no_grad():
+        reference = model(ids, use_cache=False).logits
+    to_hla(model, chunk=256, bucket=16, gate_bias=60.0)  # every gate 1: GDN
+    with torch.no_grad():
+        ones = model(ids, use_cache=False).logits
+    # bfloat16 keeps 8 significant bits: both paths round each layer's output once more than they share.
+    error, tol = relative(ones, reference), 2**-6
+    ok = error <= tol
+    print(f"{'ok  ' if ok else 'FAIL'} HLA (every gate 1) vs GDN, bf16, 0.8B shape: {error:.2e} (tolerance {tol:.0e})")
+    for layer in (m for m in model.modules() if isinstance(m, HLALayer)):
+        layer.mixer.gate_bias.fill_(2.2)  # the paper's constant
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    logits = model(ids, use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+    penalty = sum(m.penalty() for m in model.modules() if isinstance(m, HLALayer))
+    (loss + penalty).backward()
+    finite = all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
+    opt.step()
+    if cuda:
+        torch.cuda.synchronize()
+    seconds, peak = time.perf_counter() - start, torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(ids[:1, :300], max_new_tokens=16, do_sample=False, pad_token_id=0)
+    ok = ok and finite and torch.isfinite(loss).item() and out.shape[1] == 316
+    print(
+        f"{'ok  ' if ok else 'FAIL'} HLA bf16 adaptation step (2 x {length} tokens, 4 layers): loss {loss.item():.3f}, "
+        f"penalty {float(penalty.detach()):.4f}, finite gradients {finite}, {seconds:.2f} s, peak {peak:.1f} GiB; "
+        "cached decoding of 16 tokens ran"
+    )
+    return ok
+
+
 def circuit_on_9b(device, layers, prompts):
     """The circuit rule's computation on Qwen3.5-9B's real dimensions (random weights), timed on the GPU."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -159,7 +223,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     ok = True
-    for check in (check_gdn, check_mamba):
+    for check in (check_gdn, check_mamba, check_hla_bf16):
         try:
             ok = check("cuda") and ok
         except ImportError as err:

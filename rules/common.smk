@@ -594,6 +594,9 @@ def summary_tables(wildcards=None):
         "hla_length": config["hla"]["modes"] and "results/tables/hla_length.tsv",
         "hla_gates": config["hla"]["modes"] and "results/tables/hla_gates.tsv",
         "hla_adapt": config["hla"]["adapt_models"] and "results/tables/hla_adapt.tsv",
+        "hla_ruler": config["hla"]["adapt_models"]
+        and config["hla"]["adapt"].get("ruler", {}).get("lengths")
+        and "results/tables/hla_ruler.tsv",
     }
     return {section: path for section, path in tables.items() if path}
 

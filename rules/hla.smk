@@ -111,6 +111,7 @@ rule hla_adapt:
         curve="results/hla/adapt/{model}/curve.csv",
         table="results/hla/adapt/{model}/eval.csv",
         longbench="results/hla/adapt/{model}/longbench.csv",
+        ruler="results/hla/adapt/{model}/ruler.csv",
     log:
         "logs/hla_adapt/{model}.log",
     benchmark:
@@ -140,14 +141,18 @@ rule hla_adapt:
 
 
 rule plot_hla_adapt:
-    # Accuracy by length before and after the HLA adaptation, per adapted model.
+    # Accuracy by length before and after the HLA adaptation, per adapted model; RULER's scores per phase.
     input:
-        expand(
+        evals=expand(
             "results/hla/adapt/{model}/eval.csv", model=config["hla"]["adapt_models"]
+        ),
+        ruler=expand(
+            "results/hla/adapt/{model}/ruler.csv", model=config["hla"]["adapt_models"]
         ),
     output:
         pdf=report("results/figures/hla_adapt.pdf", category="HLA"),
         tsv="results/tables/hla_adapt.tsv",
+        ruler="results/tables/hla_ruler.tsv",
     log:
         "logs/plot_hla_adapt/plot.log",
     benchmark:

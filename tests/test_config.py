@@ -29,6 +29,7 @@ def test_shipped_configs_are_valid(name):
         (["zoo", "stages"], [1], r"config zoo\.stages\.0: 1 is less than the minimum of 2"),
         (["extract", "sites"], ["state"], r"config extract\.sites\.0: 'state' is not one of"),
         (["tasks", "chat8", "format"], "poem", r"config tasks\.chat8\.format: 'poem' is not one of"),
+        (["hla", "bucket"], 5, r"config hla\.bucket: 5 does not divide hla\.chunk \(16\): a chunk is a whole"),
         (
             ["models", "granite_toy", "source", "toy", "questions"],
             "random",

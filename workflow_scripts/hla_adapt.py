@@ -15,10 +15,12 @@ with script_log(snakemake) as log:
     # Read (and check) LongBench-V2 first, so a bad path fails in seconds, not after training.
     items = longbench.load(lb["path"], lb.get("n", 0)) if lb.get("path") else []
     hm = load_model(**snakemake.params.model)
-    rows, curve, lb_rows = adapt(hm, s, items, lb.get("max_tokens", 32000), log)
+    rows, curve, lb_rows, ruler_rows = adapt(hm, s, items, lb.get("max_tokens", 32000), log)
     pd.DataFrame(curve).to_csv(snakemake.output.curve, index=False)
     columns = ["phase", "_id", "difficulty", "length", "tokens", "answer", "pred", "correct"]
     pd.DataFrame(lb_rows, columns=columns).to_csv(snakemake.output.longbench, index=False)
+    columns = ["phase", "task", "length", "tokens", "score", "prediction"]
+    pd.DataFrame(ruler_rows, columns=columns).to_csv(snakemake.output.ruler, index=False)
     table = pd.DataFrame(rows).assign(mode=snakemake.wildcards.model, seed=0)
     # The router of the converted phases; the GDN phases have none.
     table["router"] = table["phase"].map(lambda phase: s["router"] if phase in ("converted", "after") else "")

@@ -88,12 +88,18 @@ def load_schema(schema_path) -> dict:
 def check_config(config: dict, schema_path) -> None:
     """Raise ConfigError("config models.x.family: 'y' is not one of [...]; ...") for the most relevant error."""
     schema = load_schema(schema_path)
+    where = f"{Path(schema_path).parent.name}/{Path(schema_path).name}"
     validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is not None:
         key = ".".join(map(str, error.absolute_path)) or "(top level)"
-        where = f"{Path(schema_path).parent.name}/{Path(schema_path).name}"
         raise ConfigError(f"config {key}: {error.message}; allowed values and defaults are in {where}")
+    hla = config.get("hla", {})
+    if hla.get("chunk") and hla.get("bucket") and hla["chunk"] % hla["bucket"]:
+        raise ConfigError(
+            f"config hla.bucket: {hla['bucket']} does not divide hla.chunk ({hla['chunk']}): a chunk is a whole "
+            f"number of router buckets; allowed values and defaults are in {where}"
+        )
 
 
 def main(argv=None) -> int:

@@ -190,6 +190,18 @@ def _gates(path):
     return heading, _table(["model", "layer", *map(str, ends)], rows)
 
 
+def _ruler(path):
+    t = _read(path)
+    t = t[t["task"] == "macro"]
+    lengths = sorted(t["length"].unique())
+    rows = []
+    for (model, phase), g in t.groupby(["model", "phase"], sort=False):
+        g = g.set_index("length")
+        rows.append([model, phase, *(f"{g.loc[n, 'score']:.3f}" if n in g.index else "" for n in lengths)])
+    heading = "HLA adaptation on RULER: mean score over its tasks by length (tokens), per model and phase"
+    return heading, _table(["model", "phase", *map(str, lengths)], rows)
+
+
 SECTIONS = {
     "zoo": _zoo,
     "circuit": _circuit,
@@ -202,6 +214,7 @@ SECTIONS = {
     "hla_length": _hla_scratch,
     "hla_gates": _gates,
     "hla_adapt": _hla,
+    "hla_ruler": _ruler,
 }
 
 

@@ -160,11 +160,12 @@ def test_a_family_hla_does_not_convert_is_refused_in_one_line(family):
         to_hla(model)
 
 
-def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
-    """flash-linear-attention returns its final state in float32 from a bfloat16 forward and its output in
-    bfloat16; simulated here on the PyTorch kernel, HLA's summaries, read-out and mix run in float32 and a
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fla_dtype_contract_runs_in_float32_and_bfloat16(monkeypatch, dtype):
+    """flash-linear-attention returns its final state in float32 and its output in the input's dtype;
+    simulated here on the PyTorch kernel, HLA's summaries, read-out and mix run in float32 and a float32 or
     bfloat16 model converts, trains a step and decodes. With every gate 1 it is the GDN model within the
-    path allowance of bfloat16."""
+    path allowance of its dtype (validation.assert_paths_close)."""
     from hybridlens.models import hla as module
 
     plain = module.gated_delta_rule
@@ -175,17 +176,17 @@ def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
 
     monkeypatch.setattr(module, "gated_delta_rule", fla_contract)
     name = HLA_FAMILIES[0]
-    gdn_model = build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(torch.bfloat16)
+    gdn_model = build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(dtype)
     ids = torch.randint(0, 64, (2, 29), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         reference = gdn_model(ids, use_cache=False).logits
-    model = to_hla(build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(torch.bfloat16), chunk=8, bucket=4)
+    model = to_hla(build_toy_model(name, 64, 32, "LA", heads=2, seed=0).to(dtype), chunk=8, bucket=4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     layer = FAMILIES[name].linear_mixer(FAMILIES[name].base_model(model).layers[0])  # the HLALayer
     mixer = layer.mixer
     with torch.no_grad():
         mixer.gate_bias.fill_(60.0)  # every gate 1
-        assert_paths_close(model(ids, use_cache=False).logits, reference, dtype=torch.bfloat16)
+        assert_paths_close(model(ids, use_cache=False).logits, reference, dtype=dtype)
         mixer.gate_bias.fill_(0.0)
     logits = model(ids, use_cache=False).logits
     (logits.float().logsumexp(-1).mean() + layer.penalty()).backward()
@@ -194,12 +195,12 @@ def test_bfloat16_runs_under_the_fla_dtype_contract(monkeypatch):
     opt.step()
     assert mixer.query_map.dtype == torch.float32 and not torch.equal(mixer.query_map, before)
     with torch.no_grad():
-        x = torch.randn(2, 29, 32, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(6))
+        x = torch.randn(2, 29, 32, dtype=dtype, generator=torch.Generator().manual_seed(6))
         out, state, _ = mixer(x[:, :13])
-        assert state.A.dtype == state.Bm.dtype == torch.float32 and out.dtype == torch.bfloat16
+        assert state.A.dtype == state.Bm.dtype == torch.float32 and out.dtype == dtype
         for i in range(13, 29):
             out, state, _ = mixer(x[:, i : i + 1], state)
-        assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+        assert out.dtype == dtype and torch.isfinite(out.float()).all()
 
 
 @pytest.mark.parametrize("router", ["paper", "hybridlens"])

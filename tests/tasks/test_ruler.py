@@ -96,7 +96,10 @@ def test_the_score_is_rulers_string_match_all():
 def test_bad_requests_are_refused_in_one_line(tokenizer):
     with pytest.raises(ValueError, match=r"RULER task 'qa_1'; use one of \['cwe', 'fwe', "):
         ruler.make_samples("qa_1", tokenizer, 4096, 1)
-    with pytest.raises(ValueError, match="RULER: 130 tokens cannot hold even the smallest prompt"):
+    with pytest.raises(
+        ValueError,
+        match="RULER: 130 tokens of this tokenizer cannot hold even the smallest niah_single_1 prompt; use a longer",
+    ):
         ruler.make_samples("niah_single_1", tokenizer, 130, 1)
 
 

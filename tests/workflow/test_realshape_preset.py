@@ -63,8 +63,17 @@ def test_every_experiment_ran_on_every_model_it_names(rs):
         stitch = pd.read_csv(rs / f"results/stitch/{a}--{b}/summary.tsv", sep="\t")
         assert set(stitch["receiver"]) == {a, b}
     adapt = pd.read_csv(rs / "results/tables/hla_adapt.tsv", sep="\t")
-    assert {m.split(":")[1] for m in adapt["mode"]} == {"before", "gdn_finetuned", "converted", "after"}
+    phases = {"before", "gdn_finetuned", "fixed_finetuned", "converted", "after"}
+    assert {m.split(":")[1] for m in adapt["mode"]} == phases
     assert {m.split(":")[0] for m in adapt["mode"]} >= set(cfg["hla"]["adapt_models"])
+    # RULER on each adapted model's own tokenizer, in every phase, scored in [0, 1].
+    ruler = pd.read_csv(rs / "results/tables/hla_ruler.tsv", sep="\t")
+    spec = cfg["hla"]["adapt"]["ruler"]
+    for model in cfg["hla"]["adapt_models"]:
+        rows = ruler[ruler["model"] == model]
+        assert set(rows["phase"]) == phases and set(rows["length"]) == set(spec["lengths"])
+        assert set(rows["task"]) == {"macro", *spec["tasks"]} and rows["score"].between(0, 1).all()
+    assert "on RULER" in (rs / "results/summary.md").read_text()
 
 
 def test_a_real_tokenizer_checkpoint_reads_the_papers_prompts_in_every_experiment_it_names(rs):

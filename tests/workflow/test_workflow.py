@@ -215,11 +215,16 @@ def test_hla_length_table(run1):
     # Adaptation: the same items before conversion, right after it and after fine-tuning.
     adapt = pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/eval.csv")
     phases = {p: g.set_index(["task", "length"])["answers"] for p, g in adapt.groupby("phase")}
-    assert set(phases) == {"before", "gdn_finetuned", "converted", "after"}
+    assert set(phases) == {"before", "gdn_finetuned", "fixed_finetuned", "converted", "after"}
     assert phases["before"].equals(phases["converted"]) and phases["before"].equals(phases["after"])
+    routers = adapt.groupby("phase")["router"].first().fillna("")
+    router = yaml.safe_load((run1 / "config/config.yaml").read_text())["hla"]["router"]  # the test config's base
+    assert routers["after"] == routers["converted"] == router and routers["before"] == ""
     assert len(pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/curve.csv")) == 2
     longbench = pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/longbench.csv")  # no local copy configured
     assert longbench.empty and "pred" in longbench.columns
+    ruler = pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/ruler.csv")  # the toys keep their short suite
+    assert ruler.empty and "score" in ruler.columns
 
 
 def test_noop_rerun_does_nothing(run1):

@@ -289,19 +289,29 @@ def router_gates(model, sym: Symbols, lengths, n: int, seed: int):
 
 
 def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=None):
-    """Returns (suite rows per phase, fine-tuning curve, LongBench-V2 rows per phase).
+    """Returns (suite rows per phase, fine-tuning curve, LongBench-V2 rows per phase, RULER rows per phase).
 
-    Phases: before; gdn_finetuned (the control); converted (gates near 1, so it starts as the original);
-    after (HLA fine-tuned). `settings` is the config's hla section.
+    Phases: before; gdn_finetuned and fixed_finetuned (the controls: GDN, and fixed chunk mixing, fine-tuned
+    alike); converted (HLA before fine-tuning); after (HLA fine-tuned). `settings` is the config's hla section;
+    its adapt.ruler lengths (tokens of the model's own tokenizer) add RULER's tasks to every phase.
     """
     from hybridlens.models.hla import to_hla
-    from hybridlens.tasks import longbench
+    from hybridlens.tasks import longbench, ruler
 
     log = log or logging.getLogger("hybridlens")
     a = settings["adapt"]
+    r = a.get("ruler", {})
+    # RULER's prompts first: a task name or a length that cannot hold one fails before any training.
+    samples = [
+        s
+        for task in r.get("tasks") or sorted(ruler.TASKS)
+        for length in r.get("lengths", [])
+        for s in ruler.make_samples(task, hm.tokenizer, length, r.get("n", 16), seed=3000)
+    ]
     sym = Symbols.for_model(hm)
     lengths = [a["length"] * m for m in settings["length_multipliers"]]
-    rows, lb_rows = [], []
+    rows, lb_rows, ruler_rows = [], [], []
+    convert = {"chunk": settings["chunk"], "bucket": settings["bucket"], "router": settings["router"]}
 
     def measure(model, phase):
         rows.extend(r | {"phase": phase} for r in evaluate(model, sym, lengths, a["eval_n"], seed=2000))
@@ -309,16 +319,30 @@ def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=N
             scored = longbench.score(model, hm.tokenizer, longbench_items, max_tokens)
             lb_rows.extend(r | {"phase": phase} for r in scored)
             log.info("LongBench-V2 %s: %s", phase, longbench.summary(scored))
+        if samples:
+            scored = ruler.evaluate(model, hm.tokenizer, samples)
+            ruler_rows.extend(r | {"phase": phase} for r in scored)
+            log.info(
+                "RULER %s: mean score %.3f over %d prompts",
+                phase,
+                sum(r["score"] for r in scored) / len(scored),
+                len(scored),
+            )
+
+    def finetune(model, reg=0.0):
+        return train(model, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0, reg=reg)
 
     measure(hm.model, "before")
     control = copy.deepcopy(hm.model)
-    train(control, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0)
+    finetune(control)
     measure(control, "gdn_finetuned")
+    control = to_hla(copy.deepcopy(hm.model), "fixed", gate_bias=a["gate_bias"], **convert)
+    finetune(control)
+    measure(control, "fixed_finetuned")
     del control
-    router = settings["router"]
-    to_hla(hm.model, "hla", chunk=settings["chunk"], bucket=settings["bucket"], gate_bias=a["gate_bias"], router=router)
+    to_hla(hm.model, "hla", gate_bias=a["gate_bias"], **convert)
     measure(hm.model, "converted")
-    curve = train(hm.model, sym, a["length"], a["steps"], a["batch_size"], a["lr"], seed=0, reg=settings["reg"])
+    curve = finetune(hm.model, settings["reg"])
     measure(hm.model, "after")
-    log.info("fine-tuned %d steps at length %d", a["steps"], a["length"])
-    return rows, curve, lb_rows
+    log.info("fine-tuned %d steps at length %d with the %s router", a["steps"], a["length"], settings["router"])
+    return rows, curve, lb_rows, ruler_rows

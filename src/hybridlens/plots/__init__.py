@@ -49,6 +49,7 @@ CONDITION_COLORS = {
     "shuffled_map": PALETTE[1],
     "fixed": PALETTE[1],
     "gdn_finetuned": PALETTE[1],
+    "fixed_finetuned": PALETTE[2],
     "mean_write": PALETTE[2],
     "gdn": PALETTE[7],
     "converted": PALETTE[7],

@@ -3,6 +3,7 @@
 length_table  accuracy per mode, task (and macro over tasks) and length, pooled over seeds, with intervals
 plot_length   accuracy against context length per mode: macro panel and one panel per task
 plot_adapt    macro accuracy by length before and after adapting a pretrained model to HLA
+ruler_table   RULER's mean score per adapted model, phase, task and length, and its macro over tasks
 """
 
 import matplotlib.pyplot as plt
@@ -18,6 +19,7 @@ PHASES = {
     "converted": "converted to HLA",
     "after": "HLA fine-tuned",
     "gdn_finetuned": "GDN fine-tuned (control)",
+    "fixed_finetuned": "fixed chunk mixing fine-tuned (control)",
 }
 
 
@@ -49,17 +51,28 @@ def length_table(rows: pd.DataFrame) -> pd.DataFrame:
     return table.assign(router=table["mode"].map(routers).fillna(""))
 
 
+def ruler_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows (model, phase, task, length) -> mean score and prompts; task "macro" is the mean over tasks, as
+    RULER reports one score per length."""
+    keys = ["model", "phase", "task", "length"]
+    per_task = rows.groupby(keys, sort=False)["score"].agg(score="mean", prompts="size").reset_index()
+    macro = per_task.groupby(["model", "phase", "length"], sort=False)
+    macro = macro.agg(score=("score", "mean"), prompts=("prompts", "sum")).reset_index().assign(task="macro")
+    return pd.concat([macro[per_task.columns], per_task], ignore_index=True)
+
+
 def plot_adapt(table: pd.DataFrame, path):
     """Macro accuracy by length for each adapted model: before, right after conversion, after fine-tuning."""
     macro = table[table["task"] == "macro"]
     fig, ax = plt.subplots(figsize=(5.6, 3.4))
-    markers = {"before": "o", "gdn_finetuned": "^", "converted": "x", "after": "s"}
+    markers = {"before": "o", "gdn_finetuned": "^", "fixed_finetuned": "v", "converted": "x", "after": "s"}
     models = list(dict.fromkeys(n.split(":")[0] for n in macro["mode"]))
     lines = {m: ["-", "--", ":", "-."][k % 4] for k, m in enumerate(models)}
     for name in dict.fromkeys(macro["mode"]):
         model, phase = name.split(":")
         t = macro[macro["mode"] == name].sort_values("length")
-        colour, marker = CONDITION_COLORS.get(phase), markers.get(phase, "o")
+        colour = CONDITION_COLORS.get(phase)
+        marker = markers.get(phase, "o")
         label = f"{model}: {PHASES.get(phase, phase)}"
         if phase == "before" and t["accuracy"].max() < WEAK:  # the model does not do the task to begin with
             label += " " + weak_note(t["accuracy"].max(), "best")

@@ -209,14 +209,14 @@ def _build(task: str, size: int, rng: random.Random, length: int, tokenizer):
 @cache
 def _example_size(tokenizer) -> int:
     """The haystack of variable tracking's worked example (three-letter names), fitted to ICL_TOKENS."""
-    return _fit(lambda n, r: _variable_chain(n, r, 3), ICL_TOKENS, 0, tokenizer)
+    return _fit(lambda n, r: _variable_chain(n, r, 3), ICL_TOKENS, 0, tokenizer, what="worked example of vt")
 
 
 def _count(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _fit(build, length: int, new_tokens: int, tokenizer, seed: int = 0) -> int:
+def _fit(build, length: int, new_tokens: int, tokenizer, seed: int = 0, what: str = "") -> int:
     """The largest haystack size whose prompt (seeded) fits `length` with the generation budget: a doubling
     search, then bisection, as RULER fits its haystacks."""
 
@@ -225,7 +225,10 @@ def _fit(build, length: int, new_tokens: int, tokenizer, seed: int = 0) -> int:
 
     low, high = MIN_SIZE, 2 * MIN_SIZE
     if not fits(low):
-        raise ValueError(f"RULER: {length} tokens cannot hold even the smallest prompt; use a longer length")
+        raise ValueError(
+            f"RULER: {length} tokens of this tokenizer cannot hold even the smallest {what or 'prompt'}; "
+            "use a longer length"
+        )
     while fits(high):
         low, high = high, high * 2
     while high - low > 1:
@@ -244,7 +247,7 @@ def make_samples(task: str, tokenizer, length: int, n: int, seed: int = 0) -> li
     def build(size, rng):
         return _build(task, size, rng, length, tokenizer)
 
-    size = _fit(build, length, spec.new_tokens, tokenizer, seed)
+    size = _fit(build, length, spec.new_tokens, tokenizer, seed, what=f"{task} prompt")
     samples = []
     for i in range(n):
         for smaller in range(size, MIN_SIZE - 1, -max(1, size // 50)):
