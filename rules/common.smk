@@ -9,6 +9,7 @@ from hybridlens.config import (
     HLA_TRAINING_KEYS,
     TOY_TRAINING_KEYS,
     check_config,
+    check_relations,
     load_config,
 )
 from hybridlens.errors import UserError
@@ -41,6 +42,7 @@ if not workflow.overwrite_configfiles:
 # One line naming the offending key first; snakemake's validate then fills the defaults.
 check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
 validate(config, "../config/schema.yaml")
+check_relations(config)
 # Each task's kind fills its own defaults and checks its own keys (a JSONL task's file, line by line).
 config["tasks"] = {
     name: task_settings(name, spec) for name, spec in config["tasks"].items()

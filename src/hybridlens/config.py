@@ -94,11 +94,17 @@ def check_config(config: dict, schema_path) -> None:
     if error is not None:
         key = ".".join(map(str, error.absolute_path)) or "(top level)"
         raise ConfigError(f"config {key}: {error.message}; allowed values and defaults are in {where}")
+    check_relations(config, where)
+
+
+def check_relations(config: dict, where: str = "config/schema.yaml") -> None:
+    """What the schema cannot say: keys that must agree (run again once the schema's defaults are filled)."""
     hla = config.get("hla", {})
-    if hla.get("chunk") and hla.get("bucket") and hla["chunk"] % hla["bucket"]:
+    chunk, bucket = hla.get("chunk", 256), hla.get("bucket", 16)  # the schema's defaults
+    if chunk % bucket:
         raise ConfigError(
-            f"config hla.bucket: {hla['bucket']} does not divide hla.chunk ({hla['chunk']}): a chunk is a whole "
-            f"number of router buckets; allowed values and defaults are in {where}"
+            f"config hla.bucket: {bucket} does not divide hla.chunk ({chunk}): a chunk is a whole number of "
+            f"router buckets; allowed values and defaults are in {where}"
         )
 
 

@@ -218,8 +218,7 @@ def test_hla_length_table(run1):
     assert set(phases) == {"before", "gdn_finetuned", "fixed_finetuned", "converted", "after"}
     assert phases["before"].equals(phases["converted"]) and phases["before"].equals(phases["after"])
     routers = adapt.groupby("phase")["router"].first().fillna("")
-    router = yaml.safe_load((run1 / "config/config.yaml").read_text())["hla"]["router"]  # the test config's base
-    assert routers["after"] == routers["converted"] == router and routers["before"] == ""
+    assert routers["after"] == routers["converted"] == cfg.get("router", "paper") and routers["before"] == ""
     assert len(pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/curve.csv")) == 2
     longbench = pd.read_csv(run1 / "results/hla/adapt/qwen_tiny/longbench.csv")  # no local copy configured
     assert longbench.empty and "pred" in longbench.columns
@@ -474,6 +473,15 @@ def test_a_shipped_toy_carries_its_manifest_and_a_changed_file_is_refused(run1, 
     assert res.returncode != 0 and f"config models.shipped.source: {message}" in out, out[-2000:]
     with pytest.raises(SourceError, match=re.escape(message)):
         load_model(zoo)
+    # A file the manifest does not list would change results just as silently: transformers reads a chat
+    # template from chat_template.jinja. The manifest covers the directory.
+    raw[len(raw) // 2] ^= 0x01
+    weights.write_bytes(bytes(raw))
+    (zoo / "chat_template.jinja").write_text("{{ '<|user|> ' + messages[0]['content'] }}")
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    message = "zoo/qwen_tiny/chat_template.jinja is not in its manifest: a file added to a shipped directory"
+    assert res.returncode != 0 and f"config models.shipped.source: {message}" in out, out[-2000:]
 
 
 def test_a_shipped_hla_model_evaluates_as_the_one_trained_in_the_run(run1, tmp_path):
