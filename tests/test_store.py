@@ -157,3 +157,8 @@ def test_a_shipped_directory_lists_its_files_and_a_rerun_drops_files_it_no_longe
     (out / "config.json").unlink()
     with pytest.raises(SourceError, match=rf"{out}/config.json is missing"):
         check_manifest(out)
+    ship_directory(sorted(src.iterdir()), out, {"model": "toy"})
+    for name in ("chat_template.jinja", "tokenizer_config.json"):  # what transformers would read unasked
+        (out / name).write_text("{}")
+    with pytest.raises(SourceError, match=rf"{out}/chat_template.jinja \(and 1 more\) is not in its manifest: "):
+        check_manifest(out)

@@ -76,7 +76,8 @@ def file_sha256(path) -> str:
 
 def check_manifest(directory, where: str = "") -> None:
     """A directory without manifest.json has nothing to check; with one, every file it lists must be there
-    with its sha256 (a shipped toy edited, half copied or damaged is refused before it is used)."""
+    with its sha256 and nothing else may be (a shipped toy edited, half copied, damaged or added to is
+    refused before it is used: transformers reads files it finds, a chat_template.jinja among them)."""
     directory = Path(directory)
     path = directory / MANIFEST
     if not path.is_file():
@@ -96,6 +97,26 @@ def check_manifest(directory, where: str = "") -> None:
                 f"{prefix}{f} {state}: changed since it was made; restore it (git checkout -- {directory}) "
                 "or make it again (make zoo)"
             )
+    unlisted = sorted(p.name for p in directory.iterdir() if p.name not in files and p.name != MANIFEST)
+    if unlisted:
+        more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
+        raise SourceError(
+            f"{prefix}{directory / unlisted[0]}{more} is not in its manifest: a file added to a shipped directory "
+            f"can change what loads from it; remove it (git clean -n -- {directory} lists what git does not know)"
+        )
+
+
+def has_chat_template(directory) -> bool:
+    """Whether a checkpoint directory's tokenizer brings a chat template (in tokenizer_config.json or in
+    the files transformers reads beside it)."""
+    directory = Path(directory)
+    if (directory / "chat_template.jinja").is_file() or (directory / "chat_template.json").is_file():
+        return True
+    path = directory / "tokenizer_config.json"
+    try:
+        return bool(path.is_file() and json.loads(path.read_text()).get("chat_template"))
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
 
 
 def read_config(path: Path, where: str) -> dict:
