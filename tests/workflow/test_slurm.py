@@ -25,10 +25,15 @@ def cluster_is_up():
     return res.returncode == 0 and "idle" in res.stdout.split()
 
 
-if not cluster_is_up():
-    if os.environ.get("HYBRIDLENS_SLURM") == "1":
-        pytest.fail("HYBRIDLENS_SLURM=1 but no idle SLURM node; start one with .ci/slurm-cluster up", pytrace=False)
-    pytest.skip("no SLURM cluster here (.ci/slurm-cluster up starts one)", allow_module_level=True)
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    """Asked when the module's first test runs, before its jobs are submitted, not when tests are collected:
+    a controller that answered then may be gone by now."""
+    if not cluster_is_up():
+        if os.environ.get("HYBRIDLENS_SLURM") == "1":
+            pytest.fail("HYBRIDLENS_SLURM=1 but no idle SLURM node; start one with .ci/slurm-cluster up", pytrace=False)
+        pytest.skip("no SLURM cluster here (.ci/slurm-cluster up starts one)")
+
 
 # Poll the queue often: the profile's defaults suit a real cluster, not a 30-second test workflow.
 POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
@@ -57,7 +62,7 @@ def rules_run(res):
 
 
 @pytest.fixture(scope="module")
-def slurm_runs(tmp_path_factory):
+def slurm_runs(cluster, tmp_path_factory):
     """First run: qwen_tiny's extraction asks for 100 MB and is killed by SLURM. Second run: fixed, resumed."""
     cwd = workdir(tmp_path_factory.mktemp("slurm"))
     original = (cwd / "tests/config/config.yaml").read_text()
