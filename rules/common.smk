@@ -17,7 +17,12 @@ from hybridlens.experiments.circuit import VALIDATIONS as CIRCUIT_VALIDATIONS
 from hybridlens.experiments.zoo import check_from, check_toy, check_trained_format
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.realshape import publisher
-from hybridlens.models.source import check_source, read_config
+from hybridlens.models.source import (
+    MANIFEST,
+    check_source,
+    has_chat_template,
+    read_config,
+)
 from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
 from hybridlens.tasks import require_partner
@@ -27,6 +32,19 @@ from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
 from hybridlens.tasks.style import check_items as check_style_items
 from hybridlens.tasks.jsonl import load as load_task_items
 from hybridlens.store import sweep_temporaries
+
+# Snakemake starts each job's script as "<python> <script>" without quoting either, so a space in a path
+# fails every job (exit 127) after a clean dry run: refuse it before anything else.
+for what, path in (
+    ("the project", workflow.basedir),
+    ("the working directory", Path.cwd()),
+    ("this Python", sys.executable),
+):
+    if any(c.isspace() for c in str(path)):
+        raise UserError(
+            f"{what} is at {str(path)!r}, a path with a space, which snakemake's jobs do not quote; "
+            "clone or move it (and its .venv) to a path without spaces"
+        )
 
 # Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
 # and says only "not valid YAML" (a --configfile that does not parse fails before this line runs).
@@ -162,6 +180,21 @@ def check_sources():
                 continue
             for note in check_source(entry["source"], entry["family"], where):
                 print(f"hybridlens: {note}", file=sys.stderr)
+            path = Path(entry["source"]).expanduser()
+            # Our shipped toys (with a manifest) read the toy rendering by design; any other checkpoint
+            # without a template reads every prompt unframed, which the user should hear before any job.
+            if (
+                workflow.is_main_process
+                and entry.get("prompts", "chat") == "chat"
+                and path.is_dir()
+                and not (path / MANIFEST).is_file()
+                and not has_chat_template(path)
+            ):
+                print(
+                    f"hybridlens: config models.{name}: {path} has no chat template, so its prompts are read "
+                    "as plain text, unframed; set prompts: raw in its entry if that is intended",
+                    file=sys.stderr,
+                )
 
 
 check_sources()
@@ -264,7 +297,7 @@ def model_source(wildcards):
 
 
 def model_params(wildcards):
-    """What load_model needs: source, family, dtype, device, device_map."""
+    """What load_model needs: source, family, dtype, device, device_map (and prompts, when raw)."""
     m = config["models"][wildcards.model]
     return {
         "source": model_source(wildcards),
@@ -272,7 +305,7 @@ def model_params(wildcards):
         "dtype": m.get("dtype", "float32"),
         "device": m.get("device", "cpu"),
         "device_map": canonical(m.get("device_map")),
-    }
+    } | ({"prompts": "raw"} if m.get("prompts") == "raw" else {})
 
 
 def store_config(model, **settings):

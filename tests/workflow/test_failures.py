@@ -369,6 +369,16 @@ def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_pages_that_rea
     }
 
 
+def test_a_path_with_a_space_is_refused_in_one_line_before_any_job(tmp_path):
+    """Snakemake does not quote the paths of a job's script command: every job would fail with exit 127."""
+    cwd = workdir(tmp_path / "with space")
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-2000:]
+    assert f"the project is at {str(cwd)!r}, a path with a space, which snakemake's jobs do not quote" in out
+    assert "Job stats" not in out and not (cwd / "results").exists()
+
+
 def test_a_second_run_beside_a_live_one_is_refused_in_one_line_naming_it(run1, tmp_path):
     """A run paused inside a job holds the directory: a second run on the same targets, one on other targets
     and make run are each refused in one line naming it, no unlock advice is given, and the first run's
