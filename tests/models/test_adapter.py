@@ -131,3 +131,21 @@ def test_refuses_unknown_family(tmp_path, tokenizer):
     ).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModel, match="model_type 'llama' is not a hybrid family"):
         load_model(tmp_path)
+
+
+def test_raw_prompts_read_a_chat_model_without_its_template(tmp_path):
+    """prompts: raw is the explicit choice of plain-text prompts, even where the tokenizer brings a template."""
+    import shutil
+
+    from hybridlens.models.source import has_chat_template
+
+    directory = tmp_path / "chat_model"
+    shutil.copytree("zoo/qwen_toy", directory)
+    (directory / "manifest.json").unlink()  # a user's copy, not our shipped toy
+    assert not has_chat_template(directory) and not load_model(directory).has_chat_template
+    (directory / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|{{ m.role }}|> {{ m.content }}{% endfor %}"
+    )
+    assert has_chat_template(directory) and load_model(directory).has_chat_template
+    raw = load_model(directory, prompts="raw")
+    assert not raw.has_chat_template and raw.tokenizer.chat_template is None

@@ -433,6 +433,26 @@ def test_the_default_config_loads_the_shipped_zoo_and_trains_nothing(tmp_path):
     assert re.search(r"input: zoo/hla/\w+_s\d/manifest.json", hla)
 
 
+def test_a_checkpoint_without_a_chat_template_is_announced_once_before_any_job(run1, tmp_path):
+    cwd = tmp_path / "copy"
+    shutil.copytree(run1, cwd)
+    path = cwd / "tests/config/config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["models"]["plain"] = {"family": "qwen3_5", "source": "results/models/qwen_tiny"}  # no manifest, no template
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    note = "hybridlens: config models.plain: results/models/qwen_tiny has no chat template, so its prompts are read"
+    assert res.returncode == 0 and [s for s in out.splitlines() if "chat template" in s] == [
+        note + " as plain text, unframed; set prompts: raw in its entry if that is intended"
+    ], out[-2000:]
+    assert note in res.stderr  # said while the workflow parses, before any job is planned or run
+    cfg["models"]["plain"]["prompts"] = "raw"  # the user's explicit choice: no note
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(cwd, "-n")
+    assert res.returncode == 0 and "chat template" not in res.stdout + res.stderr
+
+
 def test_a_shipped_toy_carries_its_manifest_and_a_changed_file_is_refused(run1, tmp_path):
     cwd = tmp_path / "copy"
     shutil.copytree(run1, cwd)

@@ -58,7 +58,9 @@ def parse_site(site) -> Site:
     return Site(int(m.group(1)), m.group(2))
 
 
-def load_model(source, dtype="float32", device="cpu", device_map=None, attn_implementation="sdpa", family=None):
+def load_model(
+    source, dtype="float32", device="cpu", device_map=None, attn_implementation="sdpa", family=None, prompts="chat"
+):
     """Load a causal LM and its tokenizer through `from_pretrained`, safetensors only, no remote code.
 
     Args:
@@ -68,6 +70,8 @@ def load_model(source, dtype="float32", device="cpu", device_map=None, attn_impl
         attn_implementation: "sdpa" is faster and returns no attention weights; the engine switches to "eager"
             for the forwards whose attention it reads (hm.attention_implementation does the same for yours).
         family: the family the caller expects (a registry entry's); a checkpoint of another is refused.
+        prompts: "chat" reads prompts in the tokenizer's chat template where it has one; "raw" reads every
+            prompt as plain text (a base model's protocol), whatever the tokenizer brings.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -85,7 +89,10 @@ def load_model(source, dtype="float32", device="cpu", device_map=None, attn_impl
     )
     if device_map is None:
         model = model.to(device)
-    return HybridModel(model.eval(), _load_tokenizer(source), str(source))
+    tokenizer = _load_tokenizer(source)
+    if prompts == "raw":
+        tokenizer.chat_template = None
+    return HybridModel(model.eval(), tokenizer, str(source))
 
 
 def _load_tokenizer(source):
