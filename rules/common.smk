@@ -32,6 +32,7 @@ from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
 from hybridlens.tasks.style import check_items as check_style_items
 from hybridlens.tasks.jsonl import load as load_task_items
 from hybridlens.store import sweep_temporaries
+from hybridlens.tables import changed as changed_tables
 
 # Snakemake starts each job's script as "<python> <script>" without quoting either, so a space in a path
 # fails every job (exit 127) after a clean dry run: refuse it before anything else.
@@ -657,6 +658,16 @@ def check_live_run():
 
 
 LIVE_RUN_NAMED = check_live_run()
+
+# Tables a later rule reads are sealed by the job that wrote them (tables.seal): one changed since is refused
+# before any job, as its readers would fail on it or copy a changed number into every table built from it.
+if workflow.is_main_process:
+    CHANGED = changed_tables("results")
+    if CHANGED:
+        more = (
+            f" (and {len(CHANGED) - 1} more changed tables)" if len(CHANGED) > 1 else ""
+        )
+        raise UserError(CHANGED[0] + more)
 
 
 # After snakemake's locks are taken and before the first job: hold the directory for this run's life (a

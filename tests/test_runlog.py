@@ -36,3 +36,32 @@ def test_other_errors_keep_their_first_line_and_a_users_mistake_its_message():
         "hybridlens: job failed: ValueError: bad value (traceback in log)"
     )
     assert failure_line(UserError("config x: use y"), "job", "log") == "hybridlens: job: config x: use y"
+
+
+def test_a_job_stopped_by_sigterm_says_so_in_its_log_and_in_one_line(tmp_path):
+    """A real process inside script_log, sent SIGTERM as a scheduler sends it: not an empty log."""
+    import signal
+    import subprocess
+    import sys
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import sys, time, types\n"
+        "from hybridlens.runlog import script_log\n"
+        "smk = types.SimpleNamespace(log=[sys.argv[1]], rule='split_prefill', wildcards={'model': 'q'}, output=[])\n"
+        "with script_log(smk) as log:\n"
+        "    log.info('working')\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    log = tmp_path / "job.log"
+    proc = subprocess.Popen([sys.executable, job, log], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    (line,) = err.strip().splitlines()
+    assert line.startswith("hybridlens: split_prefill (model=q) was stopped by SIGTERM (a scheduler's time or ")
+    assert f"rerun it (where it stopped: {log})" in line
+    text = log.read_text()
+    assert "working" in text and "Stopped: stopped by SIGTERM" in text and "time.sleep(60)" in text

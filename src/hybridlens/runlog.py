@@ -1,12 +1,14 @@
 """Logging for workflow scripts.
 
 script_log   send stderr and logging to a rule's log file; any exception writes its traceback there and
-             one line to the console: the rule, its wildcards, what went wrong and the fix or the log path
+             one line to the console: the rule, its wildcards, what went wrong and the fix or the log path;
+             a job that finishes seals its tables (tables.seal)
 """
 
 import contextlib
 import errno
 import logging
+import signal
 import sys
 import traceback
 
@@ -16,6 +18,14 @@ from hybridlens.errors import UserError
 def _job(smk) -> str:
     wildcards = ", ".join(f"{k}={v}" for k, v in dict(smk.wildcards.items()).items())
     return f"{smk.rule} ({wildcards})" if wildcards else smk.rule
+
+
+class Stopped(Exception):
+    """The job was sent SIGTERM: a scheduler's time or memory limit, a cancel, or snakemake stopping its jobs."""
+
+
+def _stop(signum, frame):
+    raise Stopped(f"stopped by {signal.Signals(signum).name}")
 
 
 FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
@@ -40,6 +50,11 @@ def failure_line(err: BaseException, job: str, log_path) -> str:
     or an environment problem, whose first line is shown with the log that holds the traceback."""
     if isinstance(err, UserError):
         return f"hybridlens: {job}: {err}"
+    if isinstance(err, Stopped):
+        return (
+            f"hybridlens: {job} was {err} (a scheduler's time or memory limit, a cancel, or the run stopping); "
+            f"its unfinished outputs are discarded and finished jobs kept: rerun it (where it stopped: {log_path})"
+        )
     full = _full_disk(err)
     if full:
         what, where = full
@@ -52,6 +67,18 @@ def failure_line(err: BaseException, job: str, log_path) -> str:
     return f"hybridlens: {job} failed: {type(err).__name__}: {first} (traceback in {log_path})"
 
 
+def _seal_outputs(smk):
+    """A finished job's tables are sealed with what it wrote (tables.seal); the next run checks them."""
+    from pathlib import Path
+
+    from hybridlens.tables import SEALED, seal
+
+    for out in smk.output:
+        path = Path(out)
+        if path.suffix in SEALED and path.is_file():
+            seal(path, smk.rule, dict(smk.wildcards.items()))
+
+
 @contextlib.contextmanager
 def script_log(smk):
     """Run a script's body with its log open. Import the heavy modules inside the block, so that even an
@@ -61,12 +88,15 @@ def script_log(smk):
     with open(path, "w") as log:
         sys.stderr = log
         logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
+        previous = signal.signal(signal.SIGTERM, _stop)  # a stopped job says so, in its log and in one line
         try:
             yield logging.getLogger("hybridlens")
+            _seal_outputs(smk)
         except Exception as err:
             traceback.print_exc(file=log)
             log.flush()
             print(failure_line(err, _job(smk), path), file=console)
-            sys.exit(1)
+            sys.exit(128 + signal.SIGTERM if isinstance(err, Stopped) else 1)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             sys.stderr = console

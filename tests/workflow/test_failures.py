@@ -300,7 +300,7 @@ def test_a_broken_patch_fails_the_identity_check_in_one_line_and_keeps_the_table
     for name in ("circuit.json", "items.csv", "transplant.csv", "ablation.csv", "readers.csv", "validation.json"):
         assert (out / name).is_file(), name
     assert not (out / "validated.json").exists()
-    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if not p.name.startswith(".")}  # not seals
     # A new tolerance judges the kept measurements again, without recomputing the circuit: here it lets the
     # broken patch through, which is what a looser tolerance means.
     edit_config(cwd, lambda c: c["circuit"].update(identity_ulps=1e12))
@@ -367,6 +367,32 @@ def test_adding_a_model_to_the_lists_reruns_only_its_jobs_and_the_pages_that_rea
         "plot_hla_adapt": 1,
         "summary": 1,
     }
+
+
+def test_a_changed_table_is_refused_in_one_line_before_any_job_and_nothing_is_lost(run1, tmp_path):
+    """A table a later rule reads carries the sha256 its job wrote: one digit changed, or bytes flipped, is
+    refused before any job runs, so the figure and combined table built from the good one stay as they are."""
+    cwd = copy_run(run1, tmp_path)
+    table = cwd / "results/split_prefill/qwen_tiny/retention.tsv"
+    record = json.loads((table.parent / ".retention.tsv.provenance").read_text())
+    assert record["rule"] == "split_prefill" and record["wildcards"] == {"model": "qwen_tiny"}
+    built = [cwd / "results/figures/split_prefill_retention.pdf", cwd / "results/tables/split_prefill_retention.tsv"]
+    kept = {p: p.read_bytes() for p in built}
+    good = table.read_bytes()
+    digit = re.search(rb"\t0\.(\d)", good).start(1)
+    for changed in (good[:digit] + (b"7" if good[digit : digit + 1] != b"7" else b"8") + good[digit + 1 :],
+                    good[:40] + bytes(b ^ 0xFF for b in good[40:48]) + good[48:]):  # fmt: skip
+        table.write_bytes(changed)
+        res = snakemake(cwd)
+        out = res.stdout + res.stderr
+        lines = [s for s in out.splitlines() if "is not what rule split_prefill wrote" in s]
+        assert res.returncode != 0 and len(lines) == 1, out[-3000:]
+        assert f"rm {table.relative_to(cwd)}" in lines[0] and "to keep your edit, remove" in lines[0]
+        assert {p: p.read_bytes() for p in built} == kept and table.read_bytes() == changed
+    # Keeping the edit is a choice: without its record the table is read as it is.
+    (table.parent / ".retention.tsv.provenance").unlink()
+    res = snakemake(cwd, "-n")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
 
 
 def test_a_path_with_a_space_is_refused_in_one_line_before_any_job(tmp_path):
