@@ -1,5 +1,8 @@
 """Answers and keys with a real BPE tokenizer (trained here on the task text), not only the toy one."""
 
+import ast
+import re
+
 import pytest
 
 from hybridlens.models.adapter import HybridModel, Turns
@@ -42,8 +45,10 @@ def test_prompt_set_keeps_every_word_for_the_toy_tokenizer_and_a_subset_for_bpe(
     for p in prompts:
         words = [p.text[slice(*span)] for name, span in p.spans.items() if name.startswith(("key", "value"))]
         assert all(len(bpe(" " + w, add_special_tokens=False)["input_ids"]) == 1 for w in words)
-    with pytest.raises(ValueError, match=r"single-token words .* too few for 64-pair"):
+    with pytest.raises(ValueError, match=r"single-token words .* too few for 64-pair") as refused:
         prompt_set(hm, task | {"n_pairs": 64}, 2)
+    said = ast.literal_eval(re.search(r"single-token words (\{.*?\})", str(refused.value)).group(1))
+    assert said["languages"] == 0 and counts["values"] <= said["values"] < len(VALUES)  # kept, not listed
 
 
 TEMPLATE = (

@@ -34,12 +34,14 @@ def vocabulary(hm, n_pairs: int, n_languages: int, framing: str = "toy", fmt: st
         return keys, values, [0], counts
     forms = language_forms(n_languages)
     keys = hm.single_token_words(KEYS + EXTRA_KEYS)
-    languages, values = [], list(VALUES)
+    languages, values, most = [], list(VALUES), 0
     for i, f in enumerate(forms):  # add a language only while enough concepts stay single tokens in all
         kept = [v for v in values if hm.single_token_words([f[v]])]
+        most = max(most, len(kept))
         if len(kept) >= n_pairs:
             languages, values = [*languages, i], kept
-    counts = {"keys": len(keys), "values": len(values), "languages": len(languages)}
+    # Without a kept language, the most values any one language keeps (not the unfiltered list).
+    counts = {"keys": len(keys), "values": len(values) if languages else most, "languages": len(languages)}
     if not languages or len(keys) < n_pairs:  # a kept language already guarantees n_pairs values
         raise ValueError(
             f"tokenizer of {hm.source}: single-token words {counts} are too few for {n_pairs}-pair dictionaries; "
