@@ -14,7 +14,9 @@ from hybridlens.config import (
 )
 from hybridlens.errors import UserError
 from hybridlens.experiments.circuit import VALIDATIONS as CIRCUIT_VALIDATIONS
+from hybridlens.experiments.circuit import reference_task
 from hybridlens.experiments.zoo import check_from, check_toy, check_trained_format
+from hybridlens.models.adapter import tokenizer_view
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.realshape import publisher
 from hybridlens.models.source import (
@@ -25,7 +27,7 @@ from hybridlens.models.source import (
 )
 from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
-from hybridlens.tasks import require_partner
+from hybridlens.tasks import items_of, require_partner
 from hybridlens.tasks import settings as task_settings
 from hybridlens.tasks.items import require_entries
 from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
@@ -467,6 +469,58 @@ def scale_items():
 
 
 SCALE_USER_TASK = scale_items()
+
+
+def check_tokenizers():
+    """What each experiment's items ask of a local checkpoint's tokenizer (keys, values and languages that stay
+    single tokens where they stand), once, before any job: tokenizers are small and the weights need not load
+    (models.adapter.tokenizer_view), so a tokenizer too small for a task fails here, not in every job. Our
+    shipped toys (with a manifest) and models built in the run are not read here."""
+    n_languages = config["zoo"]["n_languages"]
+    split = SPLIT_USER_TASK or SPLIT_TASK | {
+        "seed": config["split_prefill"]["seeds"][0]
+    }
+    needs = [
+        ("extract", f"extract.tasks {t}", config["tasks"][t])
+        for t in (
+            selected("extract", "tasks", config["tasks"]) if config["tasks"] else []
+        )
+    ]
+    needs += [
+        ("circuit", "circuit", reference_task(config["circuit"])),
+        ("scale", "scale", SCALE_USER_TASK or reference_task(config["scale"])),
+        ("split_prefill", "split_prefill", split),
+    ]
+    runs_on = {
+        section: selected(section, "models", config["models"])
+        for section in ("extract", "circuit", "split_prefill")
+    } | {
+        "scale": config["scale"]["models"]
+    }  # the sweep's [] is no sweep
+    for name, entry in config["models"].items():
+        path = Path(str(entry["source"])).expanduser()
+        if (
+            is_toy(name)
+            or is_realshape(name)
+            or not path.is_dir()
+            or (path / MANIFEST).is_file()
+        ):
+            continue
+        asked = [
+            (who, spec) for section, who, spec in needs if name in runs_on[section]
+        ]
+        if not asked:
+            continue
+        view = tokenizer_view(path, entry["family"], entry.get("prompts", "chat"))
+        for who, spec in asked:
+            try:
+                items_of(view, spec, n_languages)
+            except ValueError as err:
+                raise ValueError(f"config {who} on models.{name}: {err}") from None
+
+
+if workflow.is_main_process:
+    check_tokenizers()
 
 
 def split_tables(name):

@@ -395,6 +395,32 @@ def test_a_changed_table_is_refused_in_one_line_before_any_job_and_nothing_is_lo
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
 
 
+def test_a_tokenizer_too_small_for_a_task_is_refused_once_at_parse_time(tmp_path):
+    """A local checkpoint with Qwen's real BPE keeps 54 keys whole: a 60-pair task is refused while the workflow
+    parses, naming the task and the model, instead of failing in each job after its model loads."""
+    from hybridlens.models.real_tokenizer import qwen_tokenizer
+
+    cwd = workdir(tmp_path / "run")
+    checkpoint = tmp_path / "bpe_local"
+    shutil.copytree(REPO / "zoo/qwen_toy", checkpoint)
+    for name in ("manifest.json", "tokenizer.json", "tokenizer_config.json"):
+        (checkpoint / name).unlink()
+    qwen_tokenizer().save_pretrained(checkpoint)
+
+    def use_it(c):
+        c["models"]["bpe_local"] = {"family": "qwen3_5", "source": str(checkpoint), "prompts": "raw"}
+        c["tasks"]["big"] = {"n_pairs": 60, "n": 4, "format": "chat", "seed": 1}
+        c["extract"] = c.get("extract", {}) | {"models": ["bpe_local"], "tasks": ["big"]}
+
+    edit_config(cwd, use_it)
+    res = snakemake(cwd, "-n")
+    out = res.stdout + res.stderr
+    lines = [s for s in out.splitlines() if "too few for 60-pair dictionaries" in s]
+    assert res.returncode != 0 and len(lines) == 1, out[-3000:]
+    assert f"config extract.tasks big on models.bpe_local: tokenizer of {checkpoint}: single-token words" in lines[0]
+    assert "Job stats" not in out
+
+
 def test_a_path_with_a_space_is_refused_in_one_line_before_any_job(tmp_path):
     """Snakemake does not quote the paths of a job's script command: every job would fail with exit 127."""
     cwd = workdir(tmp_path / "with space")

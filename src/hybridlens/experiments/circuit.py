@@ -6,6 +6,7 @@ dictionary (A sits at another entry with another value), so a transplant from it
 moves is the *identity* of A, not a position.
 
 localize       group ablation (zero / mean), reader search, Encode and Address blocks, with evidence
+reference_task      the dictionary task of a config section's reference prompt set
 localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
 transplant_all the same over batches of one token length, with the control group chosen
@@ -38,15 +39,21 @@ TRIPLE = ("host", "donor", "other")
 
 
 # --- localization ----------------------------------------------------------------------------------------------
+def reference_task(settings: dict) -> dict:
+    """The dictionary task of the reference prompt set a circuit or scale section names (localize_seed,
+    localize_n, n_pairs, format, framing)."""
+    reference = {k: settings[k] for k in ("n_pairs", "format")} | {"framing": settings.get("framing", "auto")}
+    reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
+    return task_settings("reference", reference)
+
+
 def localize_reference(hm, settings: dict, n_languages: int):
     """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n);
     the circuit's "task" records the prompts' format and framing and the single-token words kept."""
-    reference = {k: settings[k] for k in ("n_pairs", "format")} | {"framing": settings.get("framing", "auto")}
-    reference |= {"seed": settings["localize_seed"], "n": settings["localize_n"]}
-    prompts, counts = items_of(hm, task_settings("reference", reference), n_languages)
+    prompts, counts = items_of(hm, reference_task(settings), n_languages)
     circuit, ablation, readers = localize(hm, prompts, search=settings.get("reader", "any"))
     # the words this tokenizer keeps as single tokens, and how the prompts were rendered
-    circuit["task"] = {"format": reference["format"], "framing": prompts[0].framing, **counts}
+    circuit["task"] = {"format": settings["format"], "framing": prompts[0].framing, **counts}
     return circuit, ablation, readers
 
 

@@ -95,6 +95,22 @@ def load_model(
     return HybridModel(model.eval(), tokenizer, str(source))
 
 
+def tokenizer_view(source, family=None, prompts="chat"):
+    """A HybridModel of a local checkpoint's tokenizer over its architecture on the meta device, without its
+    weights: what a task asks of the tokenizer (single-token words, where they stand in a prompt) can be
+    checked before any job loads the model."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    check_family(config.model_type, family, source)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    tokenizer = _load_tokenizer(source)
+    if prompts == "raw":
+        tokenizer.chat_template = None
+    return HybridModel(model, tokenizer, str(source))
+
+
 def _load_tokenizer(source):
     """The checkpoint's tokenizer. One that declares itself a plain `TokenizersBackend` (the toys' and the
     real-shape checkpoints') is loaded as that: AutoTokenizer would rebuild it as the class transformers
