@@ -713,7 +713,7 @@ def check_live_run():
 
 LIVE_RUN_NAMED = check_live_run()
 
-# Tables a later rule reads are sealed by the job that wrote them (tables.seal): one changed since is refused
+# Tables that later jobs read are sealed by the job that wrote them (tables.seal); one changed since is refused
 # before any job, as its readers would fail on it or copy a changed number into every table built from it.
 if workflow.is_main_process:
     CHANGED = changed_tables("results")
