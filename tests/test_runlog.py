@@ -65,3 +65,20 @@ def test_a_job_stopped_by_sigterm_says_so_in_its_log_and_in_one_line(tmp_path):
     assert f"rerun it (where it stopped: {log})" in line
     text = log.read_text()
     assert "working" in text and "Stopped: stopped by SIGTERM" in text and "time.sleep(60)" in text
+
+
+def test_a_finished_job_seals_its_results_tables_and_nothing_in_a_shipped_directory(tmp_path, monkeypatch):
+    import types
+
+    from hybridlens.runlog import script_log
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("results/x/rows.tsv", "results/x/store.h5", "zoo/toy/manifest.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("a\tb\n1\t2\n")
+    outputs = ["results/x/rows.tsv", "results/x/store.h5", "zoo/toy/manifest.json"]
+    smk = types.SimpleNamespace(log=["job.log"], rule="rows", wildcards={"model": "q"}, output=outputs)
+    with script_log(smk):
+        pass
+    sealed = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob(".*.provenance"))
+    assert sealed == ["results/x/.rows.tsv.provenance"]  # HDF5 carries its own checksum; zoo/ its manifest

@@ -18,6 +18,7 @@ with script_log(snakemake) as log:
     spec = trained / "training.json"  # beside the checkpoint, so that it ships with it
     spec.write_text(json.dumps(snakemake.params.training, indent=1, sort_keys=True) + "\n")
     record = {"model": name, "commit": git_commit(), "versions": versions()}
-    files = [f for f in sorted(trained.iterdir()) if f.is_file()]
+    # The checkpoint's files, not the run's records beside them (hidden: a table's .provenance)
+    files = [f for f in sorted(trained.iterdir()) if f.is_file() and not f.name.startswith(".")]
     manifest = ship_directory(files, Path(snakemake.output.manifest).parent, record)
     log.info("shipped %s: %s", name, sorted(manifest["files"]))

@@ -74,8 +74,8 @@ def _seal_outputs(smk):
     from hybridlens.tables import SEALED, seal
 
     for out in smk.output:
-        path = Path(out)
-        if path.suffix in SEALED and path.is_file():
+        path = Path(out)  # only the run's results: a shipped directory's manifest covers every file in it
+        if path.parts[:1] == ("results",) and path.suffix in SEALED and path.is_file():
             seal(path, smk.rule, dict(smk.wildcards.items()))
 
 
