@@ -153,8 +153,9 @@ def check_hla_bf16(device, length=2048):
     seconds, peak = time.perf_counter() - start, torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
     model.eval()
     with torch.no_grad():
-        out = model.generate(ids[:1, :300], max_new_tokens=16, do_sample=False, pad_token_id=0)
-    ok = ok and finite and torch.isfinite(loss).item() and out.shape[1] == 316
+        prompt = ids[:1, : min(300, length)]
+        out = model.generate(prompt, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    ok = ok and finite and torch.isfinite(loss).item() and out.shape[1] == prompt.shape[1] + 16
     print(
         f"{'ok  ' if ok else 'FAIL'} HLA bf16 adaptation step (2 x {length} tokens, 4 layers): loss {loss.item():.3f}, "
         f"penalty {float(penalty.detach()):.4f}, finite gradients {finite}, {seconds:.2f} s, peak {peak:.1f} GiB; "
@@ -165,23 +166,12 @@ def check_hla_bf16(device, length=2048):
 
 def circuit_on_9b(device, layers, prompts):
     """The circuit rule's computation on Qwen3.5-9B's real dimensions (random weights), timed on the GPU."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     from hybridlens.experiments.circuit import localize_reference, transplant_all
     from hybridlens.models.adapter import HybridModel
 
-    path = REAL_CONFIGS / "Qwen__Qwen3.5-9B.config.json"
-    published = json.loads(path.read_text())
-    text = published["text_config"]
-    config = realshape_config(published, layers=layers, hidden=text["hidden_size"], vocab=text["vocab_size"])
     spec = PUBLISHERS["Qwen"]
     tokenizer = build_tokenizer((REAL_CONFIGS / spec["template"]).read_text(), spec["tokens"])
-    kwargs = {k: v for k, v in config.items() if k != "transformers_version"}
-    cfg = AutoConfig.for_model(**kwargs, attn_implementation="eager").get_text_config()
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
-    torch.set_default_dtype(torch.float32)
+    model = _realshape("Qwen__Qwen3.5-9B.config.json", layers, device).eval()
     hm = HybridModel(model, tokenizer, f"Qwen3.5-9B shape, {layers} layers, random weights")
     params = sum(p.numel() for p in model.parameters())
     tokens = [0]

@@ -300,13 +300,13 @@ def adapt(hm, settings: dict, longbench_items=(), max_tokens: int = 32000, log=N
 
     log = log or logging.getLogger("hybridlens")
     a = settings["adapt"]
-    r = a.get("ruler", {})
+    asked = a.get("ruler", {})
     # RULER's prompts first: a task name or a length that cannot hold one fails before any training.
     samples = [
         s
-        for task in r.get("tasks") or sorted(ruler.TASKS)
-        for length in r.get("lengths", [])
-        for s in ruler.make_samples(task, hm.tokenizer, length, r.get("n", 16), seed=3000)
+        for task in asked.get("tasks") or sorted(ruler.TASKS)
+        for length in asked.get("lengths", [])
+        for s in ruler.make_samples(task, hm.tokenizer, length, asked.get("n", 16), seed=3000)
     ]
     sym = Symbols.for_model(hm)
     lengths = [a["length"] * m for m in settings["length_multipliers"]]

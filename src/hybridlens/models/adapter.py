@@ -89,10 +89,7 @@ def load_model(
     )
     if device_map is None:
         model = model.to(device)
-    tokenizer = _load_tokenizer(source)
-    if prompts == "raw":
-        tokenizer.chat_template = None
-    return HybridModel(model.eval(), tokenizer, str(source))
+    return HybridModel(model.eval(), _load_tokenizer(source, prompts), str(source))
 
 
 def tokenizer_view(source, family=None, prompts="chat"):
@@ -105,24 +102,26 @@ def tokenizer_view(source, family=None, prompts="chat"):
     check_family(config.model_type, family, source)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    tokenizer = _load_tokenizer(source)
-    if prompts == "raw":
-        tokenizer.chat_template = None
-    return HybridModel(model, tokenizer, str(source))
+    return HybridModel(model, _load_tokenizer(source, prompts), str(source))
 
 
-def _load_tokenizer(source):
-    """The checkpoint's tokenizer. One that declares itself a plain `TokenizersBackend` (the toys' and the
-    real-shape checkpoints') is loaded as that: AutoTokenizer would rebuild it as the class transformers
-    registers for some model types (Qwen3.5-MoE's), which turns the toys' word-level vocabulary into <unk>."""
+def _load_tokenizer(source, prompts="chat"):
+    """The checkpoint's tokenizer, without its chat template for raw prompts. One that declares itself a plain
+    `TokenizersBackend` (the toys' and the real-shape checkpoints') is loaded as that: AutoTokenizer would
+    rebuild it as the class transformers registers for some model types (Qwen3.5-MoE's), which turns the toys'
+    word-level vocabulary into <unk>."""
     import json
 
     from transformers import AutoTokenizer, TokenizersBackend
 
     config = Path(source) / "tokenizer_config.json"
     if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == "TokenizersBackend":
-        return TokenizersBackend.from_pretrained(source)
-    return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        tokenizer = TokenizersBackend.from_pretrained(source)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    if prompts == "raw":
+        tokenizer.chat_template = None
+    return tokenizer
 
 
 class HybridModel:
