@@ -34,12 +34,12 @@ run: $(STAMP)
 	  fi; \
 	  exit $$status; }
 
-# Retrain every toy of config/presets/zoo.yaml and the from-scratch HLA models, gate them and copy them to
+# Retrain every toy of zoo/zoo.yaml and the from-scratch HLA models, gate them and copy them to
 # zoo/ with their manifests.
 zoo: $(STAMP)
-	$(BIN)/python -m hybridlens.config config/presets/zoo.yaml
+	$(BIN)/python -m hybridlens.config zoo/zoo.yaml
 	@start=$$(date +%s); \
-	$(BIN)/snakemake --cores all --workflow-profile profiles/local --configfile config/presets/zoo.yaml \
+	$(BIN)/snakemake --cores all --workflow-profile profiles/local --configfile zoo/zoo.yaml \
 	  --keep-going --forcerun train_toy hla_train -- ship_zoo && \
 	echo "make zoo: trained and shipped in $$(( $$(date +%s) - start )) s"
 

@@ -1,6 +1,6 @@
 """How many seeds of each shipped toy's recipe clear its gate by the margin. Not a test.
 
-Every toy of config/presets/zoo.yaml is trained with each seed by the pipeline's own train_toy and
+Every toy of zoo/zoo.yaml is trained with each seed by the pipeline's own train_toy and
 evaluate_toy rules, in a copy of this checkout whose registry holds one entry per (toy, seed) and whose
 gate is 0, so that a failing seed still writes its evaluation. A (toy, seed) whose spec is what zoo/ ships
 is read from zoo/ instead of being trained again. Prints steps, training seconds, held-out retrieval per
@@ -45,7 +45,7 @@ def main():
     parser.add_argument("--toys", nargs="+", help="registry names (default: every toy of the preset)")
     parser.add_argument("--keep", help="run in this directory and keep it (default: a temporary one)")
     args = parser.parse_args()
-    preset = yaml.safe_load((REPO / "config/presets/zoo.yaml").read_text())
+    preset = yaml.safe_load((REPO / "zoo/zoo.yaml").read_text())
     zoo = {"zoo": yaml.safe_load((REPO / "config/config.yaml").read_text())["zoo"] | preset["zoo"]}
     validate(zoo, str(REPO / "config/schema.yaml"))  # the schema's defaults, as the workflow fills them in
     zoo = zoo["zoo"]

@@ -80,7 +80,7 @@ rule circuit_task_table:
     resources:
         mem_mb=1000,
     params:
-        models=selected("circuit", "models", config["models"]),
+        models=runs_on("circuit"),
     script:
         "../workflow_scripts/circuit_task_table.py"
 
@@ -129,6 +129,6 @@ rule plot_circuit:
     resources:
         mem_mb=1000,
     params:
-        models=selected("circuit", "models", config["models"]),
+        models=runs_on("circuit"),
     script:
         "../workflow_scripts/plot_circuit.py"

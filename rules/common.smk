@@ -10,31 +10,19 @@ from hybridlens.config import (
     TOY_TRAINING_KEYS,
     check_config,
     check_relations,
+    check_study,
     load_config,
+    resolve_recipes,
 )
 from hybridlens.errors import UserError
 from hybridlens.experiments.circuit import VALIDATIONS as CIRCUIT_VALIDATIONS
-from hybridlens.experiments.circuit import reference_task
-from hybridlens.experiments.zoo import check_from, check_toy, check_trained_format
-from hybridlens.models.adapter import tokenizer_view
-from hybridlens.models.families import FAMILIES, check_family
-from hybridlens.models.realshape import publisher
-from hybridlens.models.source import (
-    MANIFEST,
-    check_source,
-    has_chat_template,
-    read_config,
-)
+from hybridlens.findings import tables as findings_tables
+from hybridlens.plan import plan_run, realshape_path
 from hybridlens.runlock import describe as describe_run
 from hybridlens.runlock import hold, holder
-from hybridlens.tasks import items_of, require_partner
-from hybridlens.tasks import settings as task_settings
-from hybridlens.tasks.items import require_entries
-from hybridlens.tasks.style import DEFAULTS as STYLE_DEFAULTS
-from hybridlens.tasks.style import check_items as check_style_items
-from hybridlens.tasks.jsonl import load as load_task_items
 from hybridlens.store import sweep_temporaries
 from hybridlens.tables import changed as changed_tables
+from hybridlens.zoo.spec import ToySpec
 
 # Snakemake starts each job's script as "<python> <script>" without quoting either, so a space in a path
 # fails every job (exit 127) after a clean dry run: refuse it before anything else.
@@ -60,26 +48,20 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# A study's {recipe: STUDY} entries become that study's models before anything reads the registry.
+config.update(resolve_recipes(config, workflow.basedir))
 # One line naming the offending key first; snakemake's validate then fills the defaults.
 check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
 validate(config, "../config/schema.yaml")
 check_relations(config)
-# Each task's kind fills its own defaults and checks its own keys (a JSONL task's file, line by line).
-config["tasks"] = {
-    name: task_settings(name, spec) for name, spec in config["tasks"].items()
-}
-STYLE_KEYS = set(STYLE_DEFAULTS) - {"seed"}
-# Split-prefill's items come from the style task, with its keys checked the same way.
-SPLIT_TASK = task_settings(
-    "split_prefill",
-    {"kind": "style"}
-    | {
-        k: config["split_prefill"][k]
-        for k in STYLE_KEYS
-        if k in config["split_prefill"]
-    },
-    where="config split_prefill",
-)
+check_study(config, workflow.basedir)
+# The library plans the run: every check that can fail before a job runs, one line each (hybridlens.plan).
+PLAN = plan_run(config, workflow.is_main_process)
+config["tasks"] = PLAN.tasks  # each with its kind's defaults filled
+for note in PLAN.notes:
+    print(f"hybridlens: {note}", file=sys.stderr)
+SPLIT_TASK, SPLIT_USER_TASK = PLAN.split_task, PLAN.split_user_task
+SCALE_USER_TASK = PLAN.scale_user_task
 
 
 wildcard_constraints:
@@ -107,15 +89,11 @@ def canonical(value):
 
 
 def is_toy(model):
-    return (
-        isinstance(config["models"][model]["source"], dict)
-        and "toy" in config["models"][model]["source"]
-    )
+    return model in PLAN.toys
 
 
 def is_realshape(model):
-    source = config["models"][model]["source"]
-    return isinstance(source, dict) and "realshape" in source
+    return model in PLAN.realshape
 
 
 def names_regex(names):
@@ -124,90 +102,20 @@ def names_regex(names):
 
 
 def toy_models():
-    return [m for m in config["models"] if is_toy(m)]
+    return PLAN.toys
 
 
 def realshape_models():
-    return [m for m in config["models"] if is_realshape(m)]
+    return PLAN.realshape
 
 
 def realshape_config(model):
-    """The published config a real-shape entry names: a file of config/real-configs/, or a path."""
-    name = config["models"][model]["source"]["realshape"]["config"]
-    path = (
-        Path(name) if len(Path(name).parts) > 1 else Path("config/real-configs") / name
-    )
-    return str(path)
-
-
-def check_sources():
-    """Every registry entry's source, before any job runs: a toy's layout must use its family's letters, a
-    real-shape entry's published config must exist and be of its family, and a real checkpoint must be one
-    (config, family, every shard, every header, a tokenizer). A hub id is asked of the hub, once, by the main
-    process.
-    """
-    for name, entry in config["models"].items():
-        where = f"config models.{name}.source"
-        family = FAMILIES[entry["family"]]
-        layout = entry["source"]["toy"]["layout"] if is_toy(name) else ""
-        if set(layout) - set(family.letters):
-            raise ValueError(
-                f"{where}.toy.layout: {layout!r} has layers family {family.name} does not build; "
-                f"use only the letters {family.letters!r}"
-            )
-        if is_toy(name):
-            check_toy(entry["source"]["toy"], f"{where}.toy")
-            check_from(name, config["models"])
-        if is_realshape(name):
-            path = Path(realshape_config(name))
-            if not path.is_file():
-                raise ValueError(
-                    f"{where}.realshape.config: {path} does not exist; "
-                    "name a file of config/real-configs/ or a path to a published config.json"
-                )
-            model_type = read_config(path, f"{where}.realshape.config").get(
-                "model_type"
-            )
-            check_family(model_type, entry["family"], f"config models.{name} ({path})")
-            if (
-                entry["source"]["realshape"].get("tokenizer") == "qwen"
-                and publisher(path) != "Qwen"
-            ):
-                raise ValueError(
-                    f"{where}.realshape.tokenizer: qwen is Qwen's tokenizer and {path.name} is not a Qwen "
-                    "model; use tokenizer: trained"
-                )
-        elif not is_toy(name):
-            hub = not Path(entry["source"]).expanduser().exists()
-            if hub and not workflow.is_main_process:
-                continue
-            for note in check_source(entry["source"], entry["family"], where):
-                print(f"hybridlens: {note}", file=sys.stderr)
-            path = Path(entry["source"]).expanduser()
-            # Our shipped toys (with a manifest) read the toy rendering by design; any other checkpoint
-            # without a template reads every prompt unframed, which the user should hear before any job.
-            if (
-                workflow.is_main_process
-                and entry.get("prompts", "chat") == "chat"
-                and path.is_dir()
-                and not (path / MANIFEST).is_file()
-                and not has_chat_template(path)
-            ):
-                print(
-                    f"hybridlens: config models.{name}: {path} has no chat template, so its prompts are read "
-                    "as plain text, unframed; set prompts: raw in its entry if that is intended",
-                    file=sys.stderr,
-                )
-
-
-check_sources()
+    return str(realshape_path(config["models"][model]["source"]))
 
 
 def shipped(model):
     """The manifest of a local checkpoint that has one (a toy shipped to zoo/), else None."""
-    source = config["models"][model]["source"]
-    manifest = Path(source) / "manifest.json" if isinstance(source, str) else None
-    return str(manifest) if manifest is not None and manifest.is_file() else None
+    return PLAN.shipped.get(model)
 
 
 def model_input(wildcards):
@@ -251,25 +159,27 @@ def parent_input(wildcards):
     return {"parent": f"results/models/{parent}/model.safetensors"} if parent else {}
 
 
+def toy_of(model):
+    """The toy's spec with the zoo section filled in where it is silent."""
+    return ToySpec.of(config["models"][model]["source"]["toy"], config["zoo"])
+
+
 def trained_formats(model):
-    """The formats a toy trains on and is gated on: its spec's, else the zoo's."""
-    return config["models"][model]["source"]["toy"].get(
-        "formats", config["zoo"]["formats"]
-    )
+    """The formats a toy trains on and is gated on."""
+    return list(toy_of(model).formats)
 
 
 def eval_pairs(wildcards):
     """Held-out dictionary size: zoo.eval_pairs, or the toy's largest curriculum size if smaller."""
-    stages = toy_spec(wildcards).get("stages", config["zoo"]["stages"])
-    return min(config["zoo"]["eval_pairs"], max(stages))
+    return min(config["zoo"]["eval_pairs"], max(toy_of(wildcards.model).stages))
 
 
 def training_priority(wildcards):
     """Toys that more experiments wait on train first (qwen_toy's chain is the default run's longest)."""
     users = [
-        selected("extract", "models", config["models"]),
-        selected("split_prefill", "models", config["models"]),
-        selected("circuit", "models", config["models"]),
+        runs_on("extract"),
+        runs_on("split_prefill"),
+        runs_on("circuit"),
         config["scale"]["models"],
         [m for pair in config["stitch"]["pairs"] for m in pair],
         config["hla"]["adapt_models"],
@@ -366,168 +276,21 @@ def hla_model_input(wildcards):
     return f"results/hla/models/{run}/model.safetensors"
 
 
-def check_hla_source():
-    """Shipped from-scratch models are not retrained by a normal run: every (mode, seed) must be there."""
-    source = config["hla"].get("source")
-    runs = [f"{m}_s{s}" for m in config["hla"]["modes"] for s in config["hla"]["seeds"]]
-    missing = [
-        r for r in runs if source and not Path(source, r, "manifest.json").is_file()
-    ]
-    if missing:
-        raise ValueError(
-            f"config hla.source: {source} has no shipped model {', '.join(missing)}; "
-            "choose modes and seeds it has, or set hla.source: null to train them in the run"
-        )
-
-
-check_hla_source()
-
-
 def hla_resource(key, default):
     """What one from-scratch HLA job asks for (hla.resources; toy defaults)."""
     return config["hla"].get("resources", {}).get(key, default)
 
 
-def selected(section, key, universe):
-    chosen = config[section][key] or list(universe)
-    unknown = sorted(set(chosen) - set(universe))
-    if unknown:
-        raise ValueError(
-            f"config {section}.{key}: unknown names {unknown}; choose from {sorted(universe)}"
-        )
-    return chosen
-
-
-def check_analysed_formats():
-    """Every toy an analysis asks is asked in a format it was trained on, before any job runs."""
-    sections = {
-        "circuit": ("models", selected("circuit", "models", config["models"])),
-        "split_prefill": (
-            "models",
-            selected("split_prefill", "models", config["models"]),
-        ),
-        "scale": ("models", config["scale"]["models"]),
-        "stitch": ("pairs", [m for pair in config["stitch"]["pairs"] for m in pair]),
-    }
-    for section, (key, names) in sections.items():
-        trained = {
-            m: trained_formats(m)
-            for m in names
-            if m in config["models"]
-            and is_toy(m)  # unknown names are refused where they are used
-        }
-        check_trained_format(section, key, config[section]["format"], trained)
-
-
-check_analysed_formats()
-
-
-def check_circuit_tasks():
-    """A task the circuit transplants on is configured, and each of its items names a donor."""
-    for name in config["circuit"]["tasks"]:
-        if name not in config["tasks"]:
-            raise ValueError(
-                f"config circuit.tasks: {name!r} is not under tasks: ({sorted(config['tasks'])})"
-            )
-        require_partner(config["tasks"][name], "donor", "circuit.tasks")
-
-
-check_circuit_tasks()
-
-
-def split_prefill_items():
-    """The JSONL task split-prefill runs on instead of the style task, checked line by line; None if none."""
-    name = config["split_prefill"]["task"]
-    if not name:
-        return None
-    if name not in config["tasks"]:
-        raise ValueError(
-            f"config split_prefill.task: {name!r} is not under tasks: ({sorted(config['tasks'])})"
-        )
-    require_partner(config["tasks"][name], "swap", "split_prefill.task")
-    check_style_items(
-        load_task_items(config["tasks"][name]["file"]), SPLIT_TASK, "split_prefill.task"
-    )
-    return config["tasks"][name]
-
-
-SPLIT_USER_TASK = split_prefill_items()
-
-
-def scale_items():
-    """The JSONL task the scale sweep transplants on instead of the dictionary task, checked; None if none."""
-    name = config["scale"]["task"]
-    if not name:
-        return None
-    if name not in config["tasks"]:
-        raise ValueError(
-            f"config scale.task: {name!r} is not under tasks: ({sorted(config['tasks'])})"
-        )
-    require_partner(config["tasks"][name], "donor", "scale.task")
-    require_entries(load_task_items(config["tasks"][name]["file"]), "scale.task")
-    return config["tasks"][name]
-
-
-SCALE_USER_TASK = scale_items()
-
-
-def check_tokenizers():
-    """What each experiment's items ask of a local checkpoint's tokenizer (keys, values and languages that stay
-    single tokens where they stand), once, before any job: tokenizers are small and the weights need not load
-    (models.adapter.tokenizer_view), so a tokenizer too small for a task fails here, not in every job. Our
-    shipped toys (with a manifest) and models built in the run are not read here."""
-    n_languages = config["zoo"]["n_languages"]
-    split = SPLIT_USER_TASK or SPLIT_TASK | {
-        "seed": config["split_prefill"]["seeds"][0]
-    }
-    needs = [
-        ("extract", f"extract.tasks {t}", config["tasks"][t])
-        for t in (
-            selected("extract", "tasks", config["tasks"]) if config["tasks"] else []
-        )
-    ]
-    needs += [
-        ("circuit", "circuit", reference_task(config["circuit"])),
-        ("scale", "scale", SCALE_USER_TASK or reference_task(config["scale"])),
-        ("split_prefill", "split_prefill", split),
-    ]
-    runs_on = {
-        section: selected(section, "models", config["models"])
-        for section in ("extract", "circuit", "split_prefill")
-    } | {
-        "scale": config["scale"]["models"]
-    }  # the sweep's [] is no sweep
-    for name, entry in config["models"].items():
-        path = Path(str(entry["source"])).expanduser()
-        if (
-            is_toy(name)
-            or is_realshape(name)
-            or not path.is_dir()
-            or (path / MANIFEST).is_file()
-        ):
-            continue
-        asked = [
-            (who, spec) for section, who, spec in needs if name in runs_on[section]
-        ]
-        if not asked:
-            continue
-        view = tokenizer_view(path, entry["family"], entry.get("prompts", "chat"))
-        for who, spec in asked:
-            try:
-                items_of(view, spec, n_languages)
-            except ValueError as err:
-                raise ValueError(f"config {who} on models.{name}: {err}") from None
-
-
-if workflow.is_main_process:
-    check_tokenizers()
+def runs_on(section):
+    """The registry names an experiment runs on (plan.RunPlan.runs_on)."""
+    return PLAN.runs_on[section]
 
 
 def split_tables(name):
     """Per-model split-prefill tables of one kind, for the plotting rules."""
     return expand(
         "results/split_prefill/{model}/{name}.tsv",
-        model=selected("split_prefill", "models", config["models"]),
+        model=runs_on("split_prefill"),
         name=name,
     )
 
@@ -536,7 +299,7 @@ def circuit_tables(name):
     """Per-model circuit outputs of one kind, for the plotting rule."""
     return expand(
         "results/circuit/{model}/{name}",
-        model=selected("circuit", "models", config["models"]),
+        model=runs_on("circuit"),
         name=name,
     )
 
@@ -551,50 +314,9 @@ def scale_tables(name):
     )
 
 
-def check_scale_models():
-    unknown = [m for m in config["scale"]["models"] if m not in config["models"]]
-    if unknown:
-        raise ValueError(
-            f"config scale.models: unknown names {unknown}; choose from {sorted(config['models'])}"
-        )
-
-
-check_scale_models()
-
-
-def check_adapt_models():
-    """HLA replaces Gated DeltaNet mixers: only registry entries of a family with them can be adapted."""
-    for name in config["hla"]["adapt_models"]:
-        family = FAMILIES.get(config["models"].get(name, {}).get("family"))
-        if family is None or not family.hla:
-            raise ValueError(
-                f"config hla.adapt_models: {name!r} is not a registry model with Gated DeltaNet mixers; "
-                f"HLA replaces them, so list models of the families {[f for f in FAMILIES if FAMILIES[f].hla]}"
-            )
-
-
-check_adapt_models()
-
-
 def stitch_pairs():
-    """Pairs of config stitch.pairs as "a--b" directory names, after checking them."""
-    names = []
-    for pair in config["stitch"]["pairs"]:
-        unknown = [m for m in pair if m not in config["models"]]
-        if unknown or len(set(pair)) != 2:
-            raise ValueError(
-                f"config stitch.pairs: {pair} must be two different registry names"
-                + (
-                    f"; unknown {unknown}, choose from {sorted(config['models'])}"
-                    if unknown
-                    else ""
-                )
-            )
-        names.append("--".join(pair))
-    return names
-
-
-stitch_pairs()
+    """Pairs of config stitch.pairs as "a--b" directory names."""
+    return PLAN.pair_names()
 
 
 def stitch_inputs(wildcards):
@@ -638,15 +360,15 @@ def final_outputs():
     if config["tasks"]:
         outputs += expand(
             "results/figures/logit_lens_{task}.pdf",
-            task=selected("extract", "tasks", config["tasks"]),
+            task=PLAN.extract_tasks,
         )
-    if selected("split_prefill", "models", config["models"]):
+    if runs_on("split_prefill"):
         outputs += [
             "results/figures/split_prefill_retention.pdf",
             "results/figures/state_swap.pdf",
             "results/tables/split_prefill_samples.tsv",
         ]
-    if selected("circuit", "models", config["models"]):
+    if runs_on("circuit"):
         outputs.append("results/figures/circuit.pdf")
         outputs += expand(
             "results/tables/circuit_task_{task}.tsv", task=config["circuit"]["tasks"]
@@ -658,23 +380,33 @@ def final_outputs():
         outputs.append("results/figures/hla_length.pdf")
     if config["hla"]["adapt_models"]:
         outputs.append("results/figures/hla_adapt.pdf")
+    if config.get("study"):
+        outputs.append(f"studies/{config['study']}/findings.md")
     return outputs + ["results/summary.md"]
+
+
+def study_claims(wildcards=None):
+    """The study's claims template: sentences whose numbers the findings rule fills from the run's tables."""
+    return f"studies/{config['study']}/claims.md"
+
+
+def study_tables(wildcards=None):
+    return findings_tables(Path(study_claims()).read_text())
 
 
 def summary_tables(wildcards=None):
     """The headline table of every experiment this config runs, by summary section."""
     tables = {
         "zoo": bool(zoo_members()) and "results/tables/zoo_eval.tsv",
-        "circuit": selected("circuit", "models", config["models"])
-        and "results/tables/circuit_transplant.tsv",
-        "circuit_validations": selected("circuit", "models", config["models"])
+        "circuit": runs_on("circuit") and "results/tables/circuit_transplant.tsv",
+        "circuit_validations": runs_on("circuit")
         and "results/tables/circuit_validations.tsv",
-        "circuit_tasks": selected("circuit", "models", config["models"])
+        "circuit_tasks": runs_on("circuit")
         and [
             f"results/tables/circuit_task_{task}.tsv"
             for task in config["circuit"]["tasks"]
         ],
-        "split_prefill": selected("split_prefill", "models", config["models"])
+        "split_prefill": runs_on("split_prefill")
         and "results/tables/split_prefill_retention.tsv",
         "scale": config["scale"]["models"] and "results/scale/sizes.tsv",
         "stitch": [f"results/stitch/{pair}/summary.tsv" for pair in stitch_pairs()],

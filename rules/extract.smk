@@ -41,7 +41,7 @@ rule plot_logit_lens:
     input:
         lens=lambda wc: expand(
             "results/activations/{model}/{task}.lens.tsv",
-            model=selected("extract", "models", config["models"]),
+            model=runs_on("extract"),
             task=wc.task,
         ),
     output:
@@ -57,6 +57,6 @@ rule plot_logit_lens:
     resources:
         mem_mb=1000,
     params:
-        models=selected("extract", "models", config["models"]),
+        models=runs_on("extract"),
     script:
         "../workflow_scripts/plot_logit_lens.py"

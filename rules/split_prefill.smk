@@ -53,7 +53,7 @@ rule plot_split_retention:
     resources:
         mem_mb=1000,
     params:
-        models=selected("split_prefill", "models", config["models"]),
+        models=runs_on("split_prefill"),
     script:
         "../workflow_scripts/plot_split_prefill.py"
 
@@ -75,7 +75,7 @@ rule plot_state_swap:
     resources:
         mem_mb=1000,
     params:
-        models=selected("split_prefill", "models", config["models"]),
+        models=runs_on("split_prefill"),
     script:
         "../workflow_scripts/plot_split_prefill.py"
 
@@ -100,6 +100,6 @@ rule split_prefill_samples:
     resources:
         mem_mb=1000,
     params:
-        models=selected("split_prefill", "models", config["models"]),
+        models=runs_on("split_prefill"),
     script:
         "../workflow_scripts/plot_split_prefill.py"

@@ -23,3 +23,22 @@ rule summary:
         ),
     script:
         "../workflow_scripts/summary.py"
+
+
+if config.get("study"):
+
+    rule findings:
+        input:
+            claims=study_claims,
+            tables=study_tables,
+        output:
+            f"studies/{config['study']}/findings.md",
+        log:
+            "logs/summary/findings.log",
+        conda:
+            "../environment.yml"
+        threads: 1
+        resources:
+            mem_mb=1000,
+        script:
+            "../workflow_scripts/findings.py"

@@ -54,7 +54,7 @@ rule evaluate_toy:
     params:
         source=lambda wc: f"results/models/{wc.model}",
         zoo=canonical(config["zoo"]),
-        gate=lambda wc: toy_spec(wc).get("gate", config["zoo"]["gate"]),
+        gate=lambda wc: toy_of(wc.model).gate,
         formats=lambda wc: trained_formats(wc.model),
         eval_pairs=eval_pairs,
     script:

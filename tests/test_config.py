@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hybridlens.config import ConfigError, check_config
+from hybridlens.config import ConfigError, check_config, resolve_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -12,14 +12,55 @@ SCHEMA = ROOT / "config" / "schema.yaml"
 
 SHIPPED = [
     "config/config.yaml",
+    "zoo/zoo.yaml",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "config/presets").glob("*.yaml")),
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "studies").glob("*/config.yaml")),
     "tests/config/config.yaml",
 ]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_configs_are_valid(name):
-    check_config(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+    check_config(resolve_recipes(yaml.safe_load((ROOT / name).read_text()), ROOT), SCHEMA)
+
+
+def test_config_presets_are_the_runs_users_make_and_every_study_has_its_parts():
+    assert sorted(p.stem for p in (ROOT / "config/presets").glob("*.yaml")) == ["paper", "realshape"]
+    studies = sorted(p.parent.name for p in (ROOT / "studies").glob("*/config.yaml"))
+    assert len(studies) == 8
+    index = (ROOT / "studies/README.md").read_text()
+    for study in studies:
+        config = yaml.safe_load((ROOT / "studies" / study / "config.yaml").read_text())
+        assert config["study"] == study
+        assert (ROOT / "studies" / study / "README.md").is_file() and (ROOT / "studies" / study / "claims.md").is_file()
+        assert f"]({study}/README.md)" in index, f"studies/README.md does not list {study}"
+
+
+def test_a_recipe_entry_is_the_named_studys_model_with_its_own_keys_laid_over(tmp_path):
+    notes = yaml.safe_load((ROOT / "studies/retrieval-past-notes/config.yaml").read_text())["models"]["qwen_notes"]
+    config = {"models": {"qwen_notes": {"recipe": "retrieval-past-notes", "resources": {"runtime": 5}}}}
+    assert resolve_recipes(config, ROOT)["models"]["qwen_notes"] == notes | {"resources": {"runtime": 5}}
+    assert "recipe" in config["models"]["qwen_notes"]  # the caller's config is left as it was
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"qwen_notes": {"recipe": "notes"}}, r"^config models\.qwen_notes\.recipe: no study notes \(.*studies/notes/"),
+        ({"qwen_toy": {"recipe": "retrieval-past-notes"}}, r"models\.qwen_toy\.recipe: .* has no model qwen_toy"),
+    ],
+)
+def test_a_recipe_that_names_no_study_or_model_is_refused_in_one_line(entry, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_recipes({"models": entry}, ROOT)
+
+
+def test_a_recipe_cycle_is_refused(tmp_path):
+    for name, other in (("a", "b"), ("b", "a")):
+        (tmp_path / "studies" / name).mkdir(parents=True)
+        (tmp_path / "studies" / name / "config.yaml").write_text(f"models:\n  m: {{recipe: {other}}}\n")
+    with pytest.raises(ConfigError, match=r"config models\.m\.recipe: a -> b -> a leads back to itself"):
+        resolve_recipes({"models": {"m": {"recipe": "a"}}}, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +79,7 @@ def test_shipped_configs_are_valid(name):
     ],
 )
 def test_bad_values_name_their_key(path, value, message):
-    name = "config/presets/zoo.yaml" if "source" in path else "config/config.yaml"  # the toys' specs are there
+    name = "zoo/zoo.yaml" if "source" in path else "config/config.yaml"  # the toys' specs are there
     config = copy.deepcopy(yaml.safe_load((ROOT / name).read_text()))
     node = config
     for p in path[:-1]:
@@ -52,7 +93,7 @@ def test_zoo_defaults_are_the_shipped_config():
     # The zoo section only concerns toys: a config that leaves one of its keys out must get the value the
     # zoo preset trains with (tuned and measured), not an older one. Other sections' defaults suit real models.
     zoo = yaml.safe_load(SCHEMA.read_text())["properties"]["zoo"]["properties"]
-    shipped = yaml.safe_load((ROOT / "config/presets/zoo.yaml").read_text())["zoo"]
+    shipped = yaml.safe_load((ROOT / "zoo/zoo.yaml").read_text())["zoo"]
     assert set(shipped) == set(zoo)
     differ = [
         f"zoo.{k}: schema {p['default']!r}, config.yaml {shipped[k]!r}"

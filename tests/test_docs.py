@@ -93,3 +93,39 @@ def test_the_tasks_page_documents_every_task_key_and_every_jsonl_field():
     text = (DOCS / "tasks.md").read_text()
     missing = [k for k in sorted(keys - {"kind"}) + sorted(module("jsonl").FIELDS) if f"`{k}`" not in text]
     assert not missing, f"docs/tasks.md does not document {missing}"
+
+
+# Run numbers belong in tables the pipeline writes (summary.md, a study's findings), not in the manual: outside
+# code, a page's prose may not hold a measured-looking number. Definitions go in backticks (`gate: 0.97`).
+MEASURED = {
+    "a decimal": r"(?<![\w.\-/:])\d+\.\d+(?![\w.])",
+    "a percentage": r"\d\s?%",
+    "a plus-minus": r"±",
+    "a duration": r"\b\d+(?:\.\d+)?\s?(?:s|ms|min|minutes?|seconds?|hours?|h)\b",
+}
+
+
+def prose(text: str) -> str:
+    """The page without its fenced code blocks and inline code."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def measured(text: str) -> list[str]:
+    found = []
+    for n, line in enumerate(prose(text).splitlines(), 1):
+        found += [f"line {n}: {what} {m.group(0)!r}" for what, p in MEASURED.items() for m in re.finditer(p, line)]
+    return found
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")) + ["../README.md"])
+def test_the_manual_holds_no_run_numbers(page):
+    found = measured((DOCS / page).read_text())
+    assert not found, f"docs/{page}: move measured numbers to a table the pipeline writes: {found[:5]}"
+
+
+def test_the_run_number_rule_catches_a_pasted_results_table_and_passes_definitions():
+    pasted = "| model | redirect |\n|---|---|\n| qwen_toy | 0.983 [0.967, 0.997] |\nIt took 46 minutes.\n"
+    assert len(measured(pasted)) == 4
+    definitions = "The gate is `gate: 0.95`; Qwen3.5 and Granite-4.0-H (arXiv:2501.01234) use layer 3.\n"
+    assert measured(definitions + "```\nredirect 0.98\n```\n") == []

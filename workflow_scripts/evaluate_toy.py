@@ -6,9 +6,9 @@ with script_log(snakemake) as log:
 
     import torch
 
-    from hybridlens.experiments.zoo import check_gate, evaluate_model
     from hybridlens.models.adapter import load_model
     from hybridlens.tasks.retrieval import FORMATS
+    from hybridlens.zoo import check_gate, evaluate_model
 
     torch.set_num_threads(snakemake.threads)
     zoo, gate, gated = snakemake.params.zoo, snakemake.params.gate, snakemake.params.formats

@@ -5,8 +5,8 @@ with script_log(snakemake) as log:
     import json
     from pathlib import Path
 
-    from hybridlens.experiments.zoo import check_gate
     from hybridlens.store import git_commit, ship_directory, versions
+    from hybridlens.zoo import check_gate
 
     name, trained = snakemake.params.name, Path(snakemake.input[0]).parent
     if hasattr(snakemake.input, "eval"):  # a toy ships only with its margin over the gate

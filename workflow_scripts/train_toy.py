@@ -9,8 +9,8 @@ with script_log(snakemake) as log:
     import pandas as pd
     import torch
 
-    from hybridlens.experiments.zoo import train_and_save
     from hybridlens.store import git_commit, machine
+    from hybridlens.zoo import train_and_save
 
     torch.set_num_threads(snakemake.threads)
     t, out_dir = snakemake.params.training, Path(snakemake.output.config).parent

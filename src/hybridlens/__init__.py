@@ -58,7 +58,7 @@ _API = {
     "extract": "hybridlens.experiments.extract",
     "logit_lens": "hybridlens.experiments.extract",
     "localize": "hybridlens.experiments.circuit",
-    "evaluate_model": "hybridlens.experiments.zoo",
+    "evaluate_model": "hybridlens.zoo",
 }
 __all__ = sorted(_API)
 

@@ -3,6 +3,8 @@
 load_schema    the JSON schema, its list of families taken from the family registry
 load_config    read a YAML config file, refusing duplicate keys and naming a syntax error's file, line, column
 check_config   validate a config dict against the JSON schema; raise ConfigError naming the key
+check_study      refuse a study without its claims template
+resolve_recipes  replace each registry entry {recipe: STUDY} by that study's model of the same name
 ConfigError
 TOY_TRAINING_KEYS, HLA_TRAINING_KEYS
                the zoo / hla keys a trained model depends on (the workflow's params, a shipped model's spec)
@@ -74,6 +76,43 @@ def load_config(path) -> dict:
             f"{path}: a config file is a mapping of sections (models:, zoo:, ...), not {type(config).__name__}"
         )
     return config
+
+
+STUDIES = "studies"
+
+
+def resolve_recipes(config: dict, root=".") -> dict:
+    """`config` with each registry entry `{recipe: STUDY, ...}` replaced by the model of the same name in
+    studies/STUDY/config.yaml, the entry's other keys laid over it: a study trains another's toy as that study
+    does, from the one place that says how, rather than from a copy that could drift."""
+    models = dict(config.get("models") or {})
+    for name, entry in models.items():
+        seen = []
+        while isinstance(entry, dict) and "recipe" in entry:
+            study, where = entry["recipe"], f"config models.{name}.recipe"
+            path = Path(root) / STUDIES / str(study) / "config.yaml"
+            if not path.is_file():
+                known = ", ".join(sorted(p.parent.name for p in (Path(root) / STUDIES).glob("*/config.yaml")))
+                raise ConfigError(f"{where}: no study {study} ({path} is missing); name one of: {known}")
+            if study in seen:
+                raise ConfigError(f"{where}: {' -> '.join([*seen, study])} leads back to itself; break the cycle")
+            seen.append(study)
+            theirs = (load_config(path).get("models") or {}).get(name)
+            if theirs is None:
+                raise ConfigError(f"{where}: {path} has no model {name}; name the study that defines it")
+            entry = theirs | {k: v for k, v in entry.items() if k != "recipe"}
+        models[name] = entry
+    return config | ({"models": models} if "models" in config else {})
+
+
+def check_study(config: dict, root=".") -> None:
+    """Refuse a `study` whose directory lacks the claims template its findings are written from."""
+    study = config.get("study")
+    if study and not (Path(root) / STUDIES / study / "claims.md").is_file():
+        raise ConfigError(
+            f"config study: {STUDIES}/{study}/claims.md is missing; a study is a directory of studies/ holding "
+            "config.yaml and claims.md (studies/README.md)"
+        )
 
 
 def load_schema(schema_path) -> dict:

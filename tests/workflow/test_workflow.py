@@ -20,11 +20,11 @@ from hybridlens.experiments.extract import extract
 from hybridlens.experiments.split_prefill import BASELINE, CONDITIONS, SAMPLE_COLUMNS, run_items
 from hybridlens.experiments.stitch import CONDITIONS as STITCH_CONDITIONS
 from hybridlens.experiments.stitch import TRANSFERS, fit_maps, map_scores, query_content
-from hybridlens.experiments.zoo import evaluate_model, train_and_save
 from hybridlens.models.adapter import load_model
 from hybridlens.models.source import SourceError
 from hybridlens.store import read_store
 from hybridlens.tasks.retrieval import make_prompts
+from hybridlens.zoo import evaluate_model, train_and_save
 
 
 def test_eval_json_matches_a_fresh_evaluation(run1):
@@ -287,34 +287,36 @@ def test_paper_preset_dry_runs_every_experiment_with_pair_resources(tmp_path):
     assert "mem_mb=29000" in swap and "gpu=1" in swap
 
 
-def preset_jobs(tmp_path, preset):
-    """Job counts per rule in a dry run of the full workflow on a preset."""
-    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", f"config/presets/{preset}.yaml"]
+def study_jobs(tmp_path, study):
+    """Job counts per rule in a dry run of the full workflow on a study's config."""
+    cmd = [SNAKEMAKE, "-n", "--cores", "2", "--configfile", f"studies/{study}/config.yaml"]
     res = subprocess.run(cmd, cwd=workdir(tmp_path), capture_output=True, text=True)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-2000:]
-    return dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert counts["findings"] == "1", "a study's run writes its findings.md"
+    return counts
 
 
-def test_science_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path):
-    counts = preset_jobs(tmp_path, "science")
+def test_science_study_trains_its_toys_and_runs_only_their_experiments(tmp_path):
+    counts = study_jobs(tmp_path, "one-toy-per-phenomenon")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "5"
     assert counts["stitch_swap"] == "6" and counts["scale"] == "1" and "hla_adapt" not in counts
     assert "hla_train" not in counts and "hla_scratch" not in counts  # the default run's, shipped
 
 
-def test_notes_preset_trains_its_toy_and_runs_only_split_prefill_and_the_circuit_on_it(tmp_path):
-    counts = preset_jobs(tmp_path, "notes")
+def test_notes_study_trains_its_toy_and_runs_only_split_prefill_and_the_circuit_on_it(tmp_path):
+    counts = study_jobs(tmp_path, "retrieval-past-notes")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
     assert "scale" not in counts and "stitch_swap" not in counts and "hla_scratch" not in counts
 
 
-def test_redraw_preset_trains_the_notes_toy_before_the_four_that_continue_it(tmp_path):
-    counts = preset_jobs(tmp_path / "all", "redraw")
+def test_redraw_study_trains_the_notes_studys_toy_before_the_four_that_continue_it(tmp_path):
+    counts = study_jobs(tmp_path / "all", "redrawn-reader")
     assert counts["train_toy"] == "5" and counts["circuit"] == counts["split_prefill"] == "4"
     assert "scale" not in counts and "stitch_swap" not in counts and "hla_scratch" not in counts
     target = "results/models/qwen_redraw_s2/eval.json"
-    res = snakemake(workdir(tmp_path / "one"), "-n", target, configfile="config/presets/redraw.yaml")
+    res = snakemake(workdir(tmp_path / "one"), "-n", target, configfile="studies/redrawn-reader/config.yaml")
     jobs = re.findall(r"rule (\w+):\n((?:    .*\n)*?)    wildcards: model=(\w+)", res.stdout)
     assert sorted((rule, model) for rule, _, model in jobs) == [
         ("evaluate_toy", "qwen_redraw_s2"),
@@ -379,22 +381,22 @@ def test_a_shipped_from_toy_is_its_parents_weights_trained_on_and_ships_the_pare
 PARENT_DIR = "results/models/qwen_tiny_s"
 
 
-def test_hop_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path):
-    counts = preset_jobs(tmp_path, "hop")
+def test_hop_study_trains_its_toy_and_runs_only_its_experiments(tmp_path):
+    counts = study_jobs(tmp_path, "two-hop-lookup")
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == "1"
     assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
 
 
-@pytest.mark.parametrize("preset, toys", [("chain", "3"), ("groups", "6")])
-def test_a_sweep_preset_trains_its_toys_and_runs_only_their_experiments(tmp_path, preset, toys):
-    counts = preset_jobs(tmp_path, preset)
+@pytest.mark.parametrize("study, toys", [("chained-readers", "3"), ("group-dropout", "6")])
+def test_a_sweep_study_trains_its_toys_and_runs_only_their_experiments(tmp_path, study, toys):
+    counts = study_jobs(tmp_path, study)
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == counts["scale"] == toys
     assert "stitch_swap" not in counts and "hla_train" not in counts and "hla_scratch" not in counts
 
 
-@pytest.mark.parametrize("preset", ["style", "persona"])
-def test_a_style_preset_trains_its_toy_and_runs_only_its_experiments(tmp_path, preset):
-    counts = preset_jobs(tmp_path, preset)
+@pytest.mark.parametrize("study", ["language-in-the-state", "fused-persona"])
+def test_a_style_study_trains_its_toy_and_runs_only_its_experiments(tmp_path, study):
+    counts = study_jobs(tmp_path, study)
     assert counts["train_toy"] == counts["circuit"] == counts["split_prefill"] == "1"
     assert "scale" not in counts and "stitch_swap" not in counts and "hla_train" not in counts
 

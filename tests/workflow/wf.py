@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PARTS = ["Snakefile", "rules", "workflow_scripts", "config", "profiles", "report", "environment.yml", "tests/config"]
-PARTS += ["zoo"]  # the shipped checkpoints the default config loads
+PARTS += ["zoo", "studies"]  # the shipped checkpoints the default config loads; the studies
 MODELS = ["qwen_tiny", "granite_tiny", "falcon_tiny"]
 FAMILY_TOYS = ["nemotron_tiny", "next_tiny"]  # two more families, through circuit and split-prefill
 

@@ -11,6 +11,9 @@ items_of  (items, counts) of a config task for one model
 triples_of  the circuit's (donor, host, other) triples of a task that makes them (dictionary)
 triples   the dictionary task's triples from its settings (seed, n, n_pairs, format)
 require_partner  refuse a task whose items do not all carry the partner an experiment needs
+check_user_items  refuse a user's JSONL task whose items an experiment cannot run (their entries, or what
+          the task they replace checks of its items)
+style_keys  the split_prefill section's keys that make its style task
 """
 
 import importlib
@@ -79,3 +82,20 @@ def triples(hm, seed: int, n: int, n_pairs: int, fmt: str = "chat", n_languages:
     """The dictionary task's circuit triples from its settings: a notebook's and the workflow's shorthand."""
     spec = {"kind": "dictionary", "seed": seed, "n": n, "n_pairs": n_pairs, "format": fmt, "framing": framing}
     return triples_of(hm, settings("triples", spec), n_languages)
+
+
+def check_user_items(spec: dict, who: str, like: dict | None = None) -> None:
+    """Refuse, at parse time, a user's JSONL task (settings()) whose items `who` cannot run: each must hold
+    the entries its position sets read, or, with `like`, pass what the task it replaces checks of its items."""
+    items = module("jsonl").load(spec["file"])
+    if like is None:
+        from hybridlens.tasks.items import require_entries
+
+        require_entries(items, who)
+    else:
+        module(kind_of(like)).check_items(items, like, who)
+
+
+def style_keys() -> set:
+    """The split_prefill section's keys that make its style task (the seed comes from split_prefill.seeds)."""
+    return set(module("style").DEFAULTS) - {"seed"}

@@ -1,5 +1,7 @@
+import dataclasses
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,22 +9,6 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import AutoModelForCausalLM
 
 from hybridlens.errors import UserError
-from hybridlens.experiments import zoo as zoo_module
-from hybridlens.experiments.zoo import (
-    GateFailed,
-    GroupDropout,
-    check_from,
-    check_gate,
-    check_toy,
-    check_trained_format,
-    evaluate_model,
-    held_out_prompts,
-    running_accuracy,
-    start_from,
-    train_and_save,
-    train_toy,
-    training_batch,
-)
 from hybridlens.interventions.cache import greedy, prefill
 from hybridlens.models.adapter import HybridModel, Site, load_model
 from hybridlens.models.families import FAMILIES
@@ -30,6 +16,11 @@ from hybridlens.models.toy import build_tokenizer, build_toy_model, share_embedd
 from hybridlens.tasks.retrieval import FUSED_FORMATS, hop_links, make_prompts
 from hybridlens.tasks.vocab import VALUES, fused_words, language_forms
 from hybridlens.validation import Check, assert_paths_close, path_ulps
+from hybridlens.zoo import train as train_module
+from hybridlens.zoo.evaluate import GateFailed, check_gate, evaluate_model, held_out_prompts
+from hybridlens.zoo.spec import ToySpec, check_from, check_toy, check_trained_format
+from hybridlens.zoo.surgery import redraw_embeddings, start_from
+from hybridlens.zoo.train import GroupDropout, running_accuracy, train_and_save, train_toy, training_batch
 
 ZOO = dict(
     n_languages=2,
@@ -43,10 +34,16 @@ ZOO = dict(
     advance=0.9,
     done=0.98,
     anneal=0,
+    target=None,
 )
-# What train_and_save passes train_toy from ZOO, for the two-phase toys trained again by hand.
-BY_HAND = {k: ZOO[k] for k in ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done")}
-BY_HAND |= {"progress": False}
+
+
+TRAIN = {"hidden_size": 16, "layout": "LA"}  # what train_toy reads of a spec is its curriculum, not its shape
+
+
+def phase(toy, zoo=ZOO, **keys) -> ToySpec:
+    """What train_and_save trains one phase of registry entry `toy` with, for the toys trained again by hand."""
+    return dataclasses.replace(toy if isinstance(toy, ToySpec) else ToySpec.of(toy, zoo), **keys)
 
 
 def test_training_batch_targets_are_answers_and_markers(tokenizer):
@@ -188,8 +185,7 @@ def test_a_chain_toy_keeps_its_first_phase_below_freeze_below_and_redraws_the_va
     # The first phase alone, from the same initialisation: what train_and_save passes for this spec.
     tokenizer = build_tokenizer(2)
     first = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
-    settings = BY_HAND | {"formats": ["hop"], "questions": "recite"}
-    train_toy(first, tokenizer, 5, seed=3, answer="link", **settings)
+    train_toy(first, tokenizer, phase(spec, steps=5), 3, answer="link", progress=False)
     for layer, (a, b) in enumerate(zip(HybridModel(first, tokenizer).layers, chain.model.layers, strict=True)):
         same = all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
         assert same == (layer < 2), layer
@@ -209,22 +205,21 @@ def test_a_pretrained_toy_trains_its_first_formats_then_its_own_from_those_weigh
     saved = load_model(tmp_path / "toy")
     assert set(fused_words(2)) <= set(saved.tokenizer.get_vocab())  # the tokenizer holds the second phase's words
     # The same two phases by hand, with and without drawing the fused rows afresh in between.
-    settings = BY_HAND | {"questions": "recite"}
     tokenizer = build_tokenizer(2, fused=True)
     fused = tokenizer.convert_tokens_to_ids(list(fused_words(2)))
     models = []
     for redraw in (True, False):
         model = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
-        train_toy(model, tokenizer, 5, seed=3, formats=["notes"], **settings)
+        train_toy(model, tokenizer, phase(spec, steps=5, formats=("notes",)), 3, progress=False)
         if redraw:
             before = model.get_input_embeddings().weight.detach().clone()
-            zoo_module.redraw_embeddings(model, tokenizer, fused_words(2), 3)
+            redraw_embeddings(model, tokenizer, fused_words(2), 3)
             after = model.get_input_embeddings().weight
             kept = torch.ones(len(tokenizer), dtype=torch.bool)
             kept[fused] = False
             assert torch.equal(before[kept], after[kept]) and not torch.equal(before[~kept], after[~kept])
             assert after[~kept].std().item() == pytest.approx(before.std().item(), rel=0.2)  # drawn at its scale
-        train_toy(model, tokenizer, 6, seed=103, formats=["fused_notes"], **settings)
+        train_toy(model, tokenizer, phase(spec), 103, progress=False)
         models.append(model)
     for (name, p), a in zip(saved.model.named_parameters(), models[0].parameters(), strict=True):
         assert torch.equal(p, a), name
@@ -234,11 +229,10 @@ def test_a_pretrained_toy_trains_its_first_formats_then_its_own_from_those_weigh
 def test_a_pretrained_toy_without_fused_words_draws_no_rows_afresh(tmp_path):
     spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "seed": 3, "formats": ["chat"], "steps": 6}
     train_and_save("qwen3_5", spec | {"pretrain": {"formats": ["list"], "steps": 5}}, ZOO, tmp_path / "toy", False)
-    settings = BY_HAND | {"questions": ZOO["questions"]}
     tokenizer = build_tokenizer(2)
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
-    train_toy(model, tokenizer, 5, seed=3, formats=["list"], **settings)
-    train_toy(model, tokenizer, 6, seed=103, formats=["chat"], **settings)
+    train_toy(model, tokenizer, phase(spec, steps=5, formats=("list",)), 3, progress=False)
+    train_toy(model, tokenizer, phase(spec), 103, progress=False)
     saved = load_model(tmp_path / "toy").model
     for (name, p), a in zip(saved.named_parameters(), model.parameters(), strict=True):
         assert torch.equal(p, a), name
@@ -272,7 +266,7 @@ def test_a_from_toy_continues_its_parents_weights_with_fused_words_added_and_its
     starts = []
     for global_seed in (0, 1):  # resizing draws the appended rows from the global generator; they are redrawn
         torch.manual_seed(global_seed)
-        starts.append(start_from(tmp_path / "parent", "qwen3_5", child, 2))
+        starts.append(start_from(tmp_path / "parent", "qwen3_5", ToySpec.of(child, ZOO)))
     (model, tokenizer), (again, _) = starts
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters(), strict=True))
     old, new = parent.tokenizer.get_vocab(), tokenizer.get_vocab()
@@ -292,7 +286,7 @@ def test_a_from_toy_continues_its_parents_weights_with_fused_words_added_and_its
             assert torch.equal(p, theirs[name]), name
     # train_and_save trains exactly that start on the child's formats, its batches drawn by its seed.
     train_and_save("qwen3_5", child, ZOO, tmp_path / "child", False, parent=tmp_path / "parent")
-    train_toy(model, tokenizer, 6, seed=7, formats=["fused_notes"], **BY_HAND | {"questions": "recite"})
+    train_toy(model, tokenizer, phase(child), 7, progress=False)
     saved = load_model(tmp_path / "child").model
     for (name, p), q in zip(saved.named_parameters(), model.parameters(), strict=True):
         assert torch.equal(p, q), name
@@ -306,7 +300,9 @@ def test_redraw_replaces_exactly_the_layers_mixers_in_every_layer_kind(tmp_path,
     parent = load_model(tmp_path / "parent")
     untrained = HybridModel(build_toy_model(family, len(parent.tokenizer), 16, layout, 2, 5), parent.tokenizer)
     for layer in range(len(layout)):
-        model, _ = start_from(tmp_path / "parent", family, spec | {"from": "p", "redraw": [layer], "seed": 5}, 2)
+        model, _ = start_from(
+            tmp_path / "parent", family, ToySpec.of(spec | {"from": "p", "redraw": [layer], "seed": 5}, ZOO)
+        )
         mixers = [m for m in {untrained.mixer(layer), untrained.attention(layer)} if m is not None]
         fresh = {id(p) for m in mixers for p in m.parameters()}
         for (name, p), q, u in zip(
@@ -320,7 +316,9 @@ def test_a_from_toy_of_a_fused_parent_keeps_its_tokenizer_and_redraws_what_its_o
     fused = PARENT | {"formats": ["fused_notes"]}
     train_and_save("qwen3_5", fused, ZOO, tmp_path / "parent", False)
     parent = load_model(tmp_path / "parent")
-    model, tokenizer = start_from(tmp_path / "parent", "qwen3_5", PARENT | {"seed": 7, "from": "p", "redraw": [1]}, 2)
+    model, tokenizer = start_from(
+        tmp_path / "parent", "qwen3_5", ToySpec.of(PARENT | {"seed": 7, "from": "p", "redraw": [1]}, ZOO)
+    )
     assert tokenizer.get_vocab() == parent.tokenizer.get_vocab()
     assert torch.equal(model.get_input_embeddings().weight, parent.model.get_input_embeddings().weight)
     untrained = build_toy_model("qwen3_5", len(build_tokenizer(2)), 16, "LALA", 2, 7)  # the notes-only spec's
@@ -336,7 +334,7 @@ def test_an_untied_toy_appends_both_tables_rows_independent_of_the_global_genera
     starts = []
     for global_seed in (0, 1):
         torch.manual_seed(global_seed)
-        starts.append(start_from(tmp_path / "parent", "nemotron_h", child, 2)[0])
+        starts.append(start_from(tmp_path / "parent", "nemotron_h", ToySpec.of(child, ZOO))[0])
     for old, table in ((parent, "get_input_embeddings"), (parent, "get_output_embeddings")):
         a, b = (getattr(m, table)().weight for m in starts)
         rows = getattr(old, table)().weight
@@ -348,7 +346,9 @@ def test_a_from_toy_with_a_shared_embedding_keeps_the_parents_rows_exactly_and_f
     spec = PARENT | {"formats": ["chat"], "embedding": {"seed": 5, "dim": 9}}  # 223 x 9 rows: not a multiple of 16
     train_and_save("qwen3_5", spec, ZOO, tmp_path / "parent", False)
     rows = load_model(tmp_path / "parent").model.get_input_embeddings().weight
-    model, tokenizer = start_from(tmp_path / "parent", "qwen3_5", spec | {"from": "p", "formats": ["fused_notes"]}, 2)
+    model, tokenizer = start_from(
+        tmp_path / "parent", "qwen3_5", ToySpec.of(spec | {"from": "p", "formats": ["fused_notes"]}, ZOO)
+    )
     weight = model.get_input_embeddings().weight
     assert torch.equal(weight[: len(rows)], rows) and not weight.requires_grad
     fresh = build_toy_model("qwen3_5", len(tokenizer), 16, "LALA", 2, 3)
@@ -372,7 +372,9 @@ def test_a_from_toy_can_start_from_a_from_toy(tmp_path):
 def test_a_from_toy_of_the_parents_formats_starts_from_the_parent_unchanged(tmp_path):
     train_and_save("qwen3_5", PARENT, ZOO, tmp_path / "parent", False)
     parent = load_model(tmp_path / "parent")
-    model, tokenizer = start_from(tmp_path / "parent", "qwen3_5", PARENT | {"seed": 7, "from": "parent"}, 2)
+    model, tokenizer = start_from(
+        tmp_path / "parent", "qwen3_5", ToySpec.of(PARENT | {"seed": 7, "from": "parent"}, ZOO)
+    )
     assert tokenizer.get_vocab() == parent.tokenizer.get_vocab()
     for (name, p), q in zip(model.named_parameters(), parent.model.parameters(), strict=True):
         assert torch.equal(p, q), name
@@ -486,7 +488,8 @@ def test_an_analysis_in_a_format_a_toy_was_not_trained_on_is_refused_in_one_line
 
 def test_short_training_lowers_the_loss(tokenizer):
     model = build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2)
-    curve = train_toy(model, tokenizer, 100, [2], batch_size=8, lr=3e-3, progress=False, log_every=10)
+    spec = phase(TRAIN, steps=100, stages=(2,), batch_size=8, lr=3e-3)
+    curve = train_toy(model, tokenizer, spec, 0, progress=False, log_every=10)
     first, last = curve[0]["loss"], sum(r["loss"] for r in curve[-2:]) / 2
     assert last < 0.8 * first  # an untrained model stays at ~1.0x
 
@@ -496,7 +499,8 @@ def test_anneal_decays_the_learning_rate_to_zero_after_done_and_ends_training(to
     rates = []
     hook = register_optimizer_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
     try:
-        curve = train_toy(model, tokenizer, 40, [4], batch_size=4, lr=1e-3, done=0.0, anneal=10, progress=False)
+        spec = phase(TRAIN, steps=40, stages=(4,), batch_size=4, lr=1e-3, done=0.0, anneal=10)
+        curve = train_toy(model, tokenizer, spec, 0, progress=False)
     finally:
         hook.remove()
     # done is reached at step 0, so the decay multiplies the warm-up from the start.
@@ -507,15 +511,15 @@ def test_anneal_decays_the_learning_rate_to_zero_after_done_and_ends_training(to
 
 def test_a_validation_target_trains_on_past_done_and_stops_once_reached(tokenizer):
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
-    kwargs = {"stages": [2], "batch_size": 4, "done": 0.0, "validate_every": 3, "val_n": 4, "progress": False}
-    curve = train_toy(model, tokenizer, 10, target=1.1, **kwargs)  # never reached: validated to the end
+    spec = phase(TRAIN, steps=10, stages=(2,), batch_size=4, done=0.0, validate_every=3, formats=("chat", "list"))
+    curve = train_toy(model, tokenizer, phase(spec, target=1.1), 0, val_n=4, progress=False)  # validated to the end
     validated = [r for r in curve if "validation" in r]
     assert [r["step"] for r in validated] == [0, 3, 6, 9] and curve[-1]["step"] == 9
     hm = HybridModel(model, tokenizer)
     worst = min(r["retrieval"] for r in evaluate_model(hm, 7001, 4, 2, formats=("chat", "list")))
     assert validated[-1]["validation"] == worst  # the validation set is evaluate_model's, at its own seed
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2)
-    curve = train_toy(model, tokenizer, 10, target=0.0, **kwargs)  # reached at the first validation
+    curve = train_toy(model, tokenizer, phase(spec, target=0.0), 0, val_n=4, progress=False)  # reached at once
     assert curve[-1]["step"] == 0 and curve[-1]["validation"] >= 0.0
 
 
@@ -554,8 +558,7 @@ def test_data_seed_draws_the_batches_and_seed_the_initial_weights(tmp_path):
     # The reference: weights drawn with seed 3, trained on the batches of seed 1.
     tokenizer = build_tokenizer(2)
     model = build_toy_model("qwen3_5", len(tokenizer), 16, "LA", 2, 3)
-    keys = ("stages", "batch_size", "lr", "n_languages", "extra_queries", "advance", "done", "formats", "questions")
-    train_toy(model, tokenizer, 3, seed=1, progress=False, **{k: ZOO[k] for k in keys})
+    train_toy(model, tokenizer, phase(spec), 1, progress=False)
     crossed, same, explicit = weights(tmp_path / "crossed"), weights(tmp_path / "same"), weights(tmp_path / "explicit")
     reference = model.state_dict()
     assert all(torch.equal(crossed[k], reference[k]) for k in crossed)
@@ -630,7 +633,9 @@ def test_an_interrupted_training_leaves_no_group_dropout_on_the_model(tokenizer,
     hook = register_optimizer_step_pre_hook(interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
-            train_toy(model, tokenizer, 5, [2], batch_size=4, group_drop=0.9, progress=False)
+            train_toy(
+                model, tokenizer, phase(TRAIN, steps=5, stages=(2,), batch_size=4, group_drop=0.9), 0, progress=False
+            )
     finally:
         hook.remove()
     hm = HybridModel(model, tokenizer)
@@ -656,12 +661,12 @@ def test_a_toy_spec_sets_the_group_dropout_of_its_training(tmp_path):
 def test_a_toy_spec_sets_what_the_curriculum_judges_under_group_dropout(tmp_path, monkeypatch):
     gates = []
 
-    class Recorded(zoo_module.GroupDropout):  # the real dropout, noting the gate it was given
+    class Recorded(train_module.GroupDropout):  # the real dropout, noting the gate it was given
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             gates.append(self.gate)
 
-    monkeypatch.setattr(zoo_module, "GroupDropout", Recorded)
+    monkeypatch.setattr(train_module, "GroupDropout", Recorded)
     spec = {"hidden_size": 16, "layout": "LALA", "heads": 2, "steps": 2, "group_drop": 0.5}
     train_and_save("granitemoehybrid", spec, ZOO, tmp_path / "whole", False)
     train_and_save("granitemoehybrid", {**spec, "group_gate": "each"}, ZOO, tmp_path / "each", False)
@@ -837,3 +842,31 @@ def test_a_toy_spec_trains_on_more_keys_and_only_its_tokenizer_holds_them(tmp_pa
     assert held_out_prompts(toy, 5, 16, 8, "chat", 2) == make_prompts(5, 16, 8, "chat", 2)
     with pytest.raises(ValueError, match="toy keys 2000: there are 1062 key words"):
         key_words(2000)
+
+
+def test_the_toy_spec_defaults_are_the_schemas_and_every_toy_key_is_a_field():
+    import yaml
+
+    from hybridlens.config import TOY_TRAINING_KEYS
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "config/schema.yaml").read_text())
+    toy, zoo = schema["definitions"]["toy"]["properties"], schema["properties"]["zoo"]["properties"]
+    fields = {f.name: f.default for f in dataclasses.fields(ToySpec)}
+    assert {"parent" if k == "from" else k for k in toy} <= fields.keys()
+    assert set(TOY_TRAINING_KEYS) <= fields.keys()
+    defaults = {k: p["default"] for section in (toy, zoo) for k, p in section.items() if "default" in p}
+    defaults |= {k: p["default"] for k, p in toy["chain"]["properties"].items() if "default" in p}
+    shared = {k: v for k, v in defaults.items() if k in fields}
+    assert shared.keys() >= {"heads", "seed", "steps", "questions", "extra_queries", "done", "target", "gate"}
+    for key, default in shared.items():
+        assert fields[key] == (tuple(default) if isinstance(default, list) else default), key
+    assert ToySpec.of({"hidden_size": 8, "layout": "LA", "chain": {"steps": 1, "freeze_below": 1}}).chain == {
+        "steps": 1,
+        "freeze_below": 1,
+        "link_questions": defaults["link_questions"],
+    }
+    # a toy key wins over the zoo section's, which wins over the default
+    spec = ToySpec.of({"hidden_size": 8, "layout": "LA", "steps": 5, "from": "p"}, {"steps": 7, "lr": 0.1, "margin": 1})
+    assert (spec.steps, spec.lr, spec.done, spec.parent) == (5, 0.1, defaults["done"], "p")
+    with pytest.raises(UserError, match="unknown keys stepz"):
+        ToySpec.of({"hidden_size": 8, "layout": "LA", "stepz": 5})

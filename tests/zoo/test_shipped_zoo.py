@@ -13,11 +13,11 @@ from snakemake.utils import validate
 
 from hybridlens.config import HLA_TRAINING_KEYS
 from hybridlens.experiments.long_context import evaluate, load_shipped
-from hybridlens.experiments.zoo import evaluate_model
 from hybridlens.models.adapter import load_model
 from hybridlens.validation import path_ulps
+from hybridlens.zoo import evaluate_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 validate(CONFIG, str(ROOT / "config/schema.yaml"))  # fills in the schema's defaults, as the workflow does
 TOYS = [name for name, m in CONFIG["models"].items() if str(m["source"]).startswith("zoo/")]
@@ -31,7 +31,7 @@ def test_the_default_config_uses_only_shipped_models():
 
 
 def test_make_zoo_trains_the_hla_models_the_default_config_loads():
-    zoo = yaml.safe_load((ROOT / "config/presets/zoo.yaml").read_text())
+    zoo = yaml.safe_load((ROOT / "zoo/zoo.yaml").read_text())
     validate(zoo, str(ROOT / "config/schema.yaml"))
     keys = ["modes", "seeds", *HLA_TRAINING_KEYS]
     assert {k: zoo["hla"][k] for k in keys} == {k: CONFIG["hla"][k] for k in keys}
