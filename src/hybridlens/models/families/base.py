@@ -168,8 +168,7 @@ def mamba2_fields(hidden_size: int, heads: int, d_state: int | None) -> dict:
         mamba_n_heads=heads,
         mamba_d_head=2 * hidden_size // heads,
         mamba_d_state=d_state or MAMBA_D_STATE,
-        # The plain-PyTorch Mamba-2 scan pads each sequence to whole chunks; the toys' 20-90-token
-        # prompts waste less at 32 (measured: a Falcon-H1 toy's training step 0.29 -> 0.18 s at 96 tokens).
+        # The plain-PyTorch Mamba-2 scan pads each sequence to whole chunks: the toys' short prompts waste less at 32.
         mamba_chunk_size=32,
     )
 
@@ -177,10 +176,9 @@ def mamba2_fields(hidden_size: int, heads: int, d_state: int | None) -> dict:
 def silence_mamba_norm(family: Family, model) -> None:
     """Start every Mamba-2 branch silent with a zero gain on its gated RMSNorm.
 
-    The mixer applies that norm *after* the gate, so at initialisation every Mamba layer writes unit-RMS noise
-    into the residual stream: measured on a hidden-48 Granite toy, norm 1.3 per layer against 0.14 for the
-    token embedding, and the attention layers never learned to copy a value (at chance after 800 steps). A zero
-    gain starts the branch silent, as Qwen3.5's mixers effectively start, and it learns to copy within ~400.
+    The mixer applies that norm *after* the gate, so at initialisation every Mamba layer would write unit-RMS
+    noise into the residual stream that drowns the token embedding and keeps attention from learning to copy a
+    value; a zero gain starts the branch silent, as Qwen3.5's mixers effectively start.
     """
     for layer in family.base_model(model).layers:
         mixer = family.linear_mixer(layer)

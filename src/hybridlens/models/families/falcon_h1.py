@@ -18,9 +18,8 @@ class FalconH1(Family):
         return ["parallel"] * config.num_hidden_layers
 
     def toy_fields(self, layout, hidden_size, heads, d_state):
-        # With its Mamba-2 RMSNorm on (after the gate, as in Granite; a FalconH1Config option, off by
-        # default) and started silent by init_toy, a Falcon-H1 toy can bind keys to values (seed 0 after
-        # ~2300 steps); without it none we tried did within 2000-3000 steps (see docs/zoo.md).
+        # The Mamba-2 RMSNorm (after the gate, as in Granite; a FalconH1Config option, off by default) is
+        # turned on so that init_toy can start the Mamba-2 branch silent, which a toy needs to bind keys to values.
         return mamba2_fields(hidden_size, heads, d_state) | dict(
             mamba_d_ssm=2 * hidden_size, mamba_rms_norm=True, mamba_norm_before_gate=False
         )

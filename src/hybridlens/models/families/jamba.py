@@ -4,9 +4,9 @@ Mamba-1 keeps one state per channel: `state` is [batch, d_inner, d_state], not p
 places attention by period and offset, so a toy layout must repeat one period with one attention layer.
 
 transformers' Jamba continues a cache with the single-step recurrence only for one token; a longer
-continuation runs the full-sequence scan from a zero state and drops the cached one (measured here:
-logits off by 2e-3). `prepare` makes each Mamba-1 mixer continue token by token instead, inside one call,
-so hooks on the mixer still see the whole continuation.
+continuation runs the full-sequence scan from a zero state and drops the cached one. `prepare` makes each
+Mamba-1 mixer continue token by token instead, inside one call, so hooks on the mixer still see the whole
+continuation.
 """
 
 from dataclasses import dataclass

@@ -8,10 +8,9 @@ token embeddings, so its heads are `2 * hidden / heads` wide. The Mamba-1 state 
 channel: [batch, mamba_heads, d_inner / mamba_heads, d_state].
 
 As Jamba's, transformers' Zamba mixer continues a cache with the single-step recurrence only for one token; a
-longer continuation runs the full-sequence scan from a zero state and drops the cached one (measured on the
-suite's toy with its Mamba projections scaled by 10 so that the state matters: last-position logits off by
-7.8e-3 after a 9-token prefill, 1e-7 for a one-token continuation). `prepare` makes each mixer continue token
-by token inside one call, as Jamba's module does, so hooks on the mixer still see the whole continuation.
+longer continuation runs the full-sequence scan from a zero state and drops the cached one. `prepare` makes
+each mixer continue token by token inside one call, as Jamba's module does, so hooks on the mixer still see
+the whole continuation.
 """
 
 from dataclasses import dataclass
