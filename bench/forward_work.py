@@ -93,7 +93,7 @@ def floor_pair(hm, batch, sites):
 
 
 def measure(name, hm, args, localization=True):
-    items = triples(hm, 1, args.items, args.pairs, "chat", 2)
+    items = triples(hm, 1, args.items, args.pairs, "chat")
     # One batch of one token length, so that every forward is a full batch.
     items = max(item_batches(hm, items, lambda t: (t.host, t.donor, t.other), len(items)), key=len)
     count = Count(hm)

@@ -184,10 +184,10 @@ def circuit_on_9b(device, layers, prompts):
     settings = {"n_pairs": 8, "format": "chat", "localize_seed": 0, "localize_n": prompts}
     torch.cuda.synchronize()
     start = time.perf_counter()
-    circuit, _, _ = localize_reference(hm, settings, 2)
+    circuit, _, _ = localize_reference(hm, settings)
     rows = []
     if circuit["address"]["group"] is not None:
-        rows = transplant_all(hm, triples(hm, 1, prompts, 8, "chat", 2), circuit, 32)
+        rows = transplant_all(hm, triples(hm, 1, prompts, 8, "chat"), circuit, 32)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     rate = tokens[0] / seconds

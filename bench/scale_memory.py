@@ -129,7 +129,7 @@ def measure(name, args):
     t = time.perf_counter()
     hm = build_full(name, args.dtype)
     built_s, weights_mb = time.perf_counter() - t, rss_mb() - base
-    items = triples(hm, 1, args.prompts, args.pairs, "chat", 2)
+    items = triples(hm, 1, args.prompts, args.pairs, "chat")
     prompts = [x.host for x in items]
     tokens = max(len(ids) for ids in hm.tokenize([turns(p) for p in prompts])[0])
     sites = [f"layers.{i}.{s}" for i in range(hm.n_layers) for s in ("resid_pre", "mixer_out", "layer_out")]

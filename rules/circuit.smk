@@ -1,6 +1,7 @@
 # Encode–Address circuit: localization, query transplant and state transplant.
 
 
+# The circuit keys that only judge its validations (rule validate_circuit), so changing them reruns no circuit.
 rule circuit:
     # Find Encode / Address / reader from the model itself, then transplant with controls and intervals.
     input:
@@ -32,7 +33,6 @@ rule circuit:
                 if k not in {"models", "tasks", *CIRCUIT_TOLERANCES}
             }
         ),
-        n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/circuit.py"
 
@@ -61,7 +61,6 @@ rule circuit_task:
         model=model_params,
         task=lambda wc: canonical(config["tasks"][wc.task]),
         batch_size=config["circuit"]["batch_size"],
-        n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/circuit_task.py"
 
@@ -69,7 +68,7 @@ rule circuit_task:
 rule circuit_task_table:
     # Rates and mean D of a task's transplants per model and condition, with intervals.
     input:
-        rows=lambda wc: circuit_tables(f"task_{wc.task}.csv"),
+        rows=lambda wc: circuit_files(f"task_{wc.task}.csv"),
     output:
         tsv="results/tables/circuit_task_{task}.tsv",
     log:
@@ -79,8 +78,6 @@ rule circuit_task_table:
     threads: 1
     resources:
         mem_mb=1000,
-    params:
-        models=runs_on("circuit"),
     script:
         "../workflow_scripts/circuit_task_table.py"
 
@@ -108,17 +105,38 @@ rule validate_circuit:
         "../workflow_scripts/validate.py"
 
 
+rule circuit_tables:
+    # Across models: what localization found, the group ablations, the transplants with their intervals, and
+    # the built-in validations' verdicts.
+    input:
+        circuit=circuit_files("circuit.json"),
+        validated=circuit_files("validated.json"),
+        ablation=circuit_files("ablation.csv"),
+        transplant=circuit_files("transplant.csv"),
+    output:
+        localization="results/tables/circuit_localization.tsv",
+        ablation="results/tables/circuit_ablation.tsv",
+        transplant="results/tables/circuit_transplant.tsv",
+        validations="results/tables/circuit_validations.tsv",
+    log:
+        "logs/circuit_tables/tables.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/circuit_tables.py"
+
+
 rule plot_circuit:
     # Group ablation and transplant redirect rates per model, with intervals.
     input:
-        circuit=circuit_tables("circuit.json"),
-        validated=circuit_tables("validated.json"),
-        ablation=circuit_tables("ablation.csv"),
-        transplant=circuit_tables("transplant.csv"),
+        rules.circuit_tables.output.localization,
+        rules.circuit_tables.output.ablation,
+        rules.circuit_tables.output.transplant,
     output:
         pdf=report("results/figures/circuit.pdf", category="Encode-Address circuit"),
-        tsv="results/tables/circuit_transplant.tsv",
-        validations="results/tables/circuit_validations.tsv",
     log:
         "logs/plot_circuit/plot.log",
     benchmark:
@@ -128,7 +146,5 @@ rule plot_circuit:
     threads: 1
     resources:
         mem_mb=1000,
-    params:
-        models=runs_on("circuit"),
     script:
         "../workflow_scripts/plot_circuit.py"

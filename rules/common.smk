@@ -1,4 +1,5 @@
-# Validation, wildcard constraints, input functions and the final-output list.
+# Validation, the run plan, wildcard constraints and the input functions every experiment shares; each
+# experiment's own are in its rule file, the final-output list in summary.smk.
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -7,6 +8,7 @@ from snakemake.utils import validate
 
 from hybridlens.config import (
     HLA_TRAINING_KEYS,
+    canonical,
     TOY_TRAINING_KEYS,
     check_config,
     check_relations,
@@ -17,25 +19,19 @@ from hybridlens.config import (
 from hybridlens.errors import UserError
 from hybridlens.experiments.circuit import VALIDATIONS as CIRCUIT_VALIDATIONS
 from hybridlens.findings import tables as findings_tables
-from hybridlens.plan import plan_run, realshape_path
-from hybridlens.runlock import describe as describe_run
-from hybridlens.runlock import hold, holder
+from hybridlens.plan import check_paths, plan_run, realshape_path
+from hybridlens.runlock import hold, name_live_run
 from hybridlens.store import sweep_temporaries
-from hybridlens.tables import changed as changed_tables
+from hybridlens.tables import refuse_changed
 from hybridlens.zoo.spec import ToySpec
 
-# Snakemake starts each job's script as "<python> <script>" without quoting either, so a space in a path
-# fails every job (exit 127) after a clean dry run: refuse it before anything else.
-for what, path in (
-    ("the project", workflow.basedir),
-    ("the working directory", Path.cwd()),
-    ("this Python", sys.executable),
-):
-    if any(c.isspace() for c in str(path)):
-        raise UserError(
-            f"{what} is at {str(path)!r}, a path with a space, which snakemake's jobs do not quote; "
-            "clone or move it (and its .venv) to a path without spaces"
-        )
+check_paths(
+    {
+        "the project": workflow.basedir,
+        "the working directory": Path.cwd(),
+        "this Python": sys.executable,
+    }
+)
 
 # Duplicate keys and syntax errors, named by file and line: snakemake's loader keeps the last duplicate
 # and says only "not valid YAML" (a --configfile that does not parse fails before this line runs).
@@ -60,8 +56,6 @@ PLAN = plan_run(config, workflow.is_main_process)
 config["tasks"] = PLAN.tasks  # each with its kind's defaults filled
 for note in PLAN.notes:
     print(f"hybridlens: {note}", file=sys.stderr)
-SPLIT_TASK, SPLIT_USER_TASK = PLAN.split_task, PLAN.split_user_task
-SCALE_USER_TASK = PLAN.scale_user_task
 
 
 wildcard_constraints:
@@ -72,20 +66,6 @@ wildcard_constraints:
     mode="gdn|fixed|hla",
     seed=r"\d+",
     task="[A-Za-z0-9_]+",
-
-
-# The circuit keys that only judge its validations (rule validate_circuit), so changing them reruns no circuit.
-CIRCUIT_TOLERANCES = {key for _, _, key in CIRCUIT_VALIDATIONS.values()}
-
-
-def canonical(value):
-    """Dicts with sorted keys, recursively. Snakemake compares params by their text, so reordering
-    keys in a config file must not look like a change (and rerun training)."""
-    if isinstance(value, dict):
-        return {k: canonical(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [canonical(v) for v in value]
-    return value
 
 
 def is_toy(model):
@@ -103,14 +83,6 @@ def names_regex(names):
 
 def toy_models():
     return PLAN.toys
-
-
-def realshape_models():
-    return PLAN.realshape
-
-
-def realshape_config(model):
-    return str(realshape_path(config["models"][model]["source"]))
 
 
 def shipped(model):
@@ -133,6 +105,46 @@ def task_files(wildcards):
     """The files a task reads (a JSONL task's prompts, a long format's filler), so that editing one reruns it."""
     task = config["tasks"][wildcards.task]
     return [f for f in (task.get("file"), task.get("filler_file")) if f]
+
+
+def model_source(wildcards):
+    if is_toy(wildcards.model) or is_realshape(wildcards.model):
+        return f"results/models/{wildcards.model}"
+    return config["models"][wildcards.model]["source"]
+
+
+def model_params(wildcards):
+    """What load_model needs: source, family, dtype, device, device_map (and prompts, when raw)."""
+    m = config["models"][wildcards.model]
+    return {
+        "source": model_source(wildcards),
+        "family": m["family"],
+        "dtype": m.get("dtype", "float32"),
+        "device": m.get("device", "cpu"),
+        "device_map": canonical(m.get("device_map")),
+    } | ({"prompts": "raw"} if m.get("prompts") == "raw" else {})
+
+
+def store_config(model, **settings):
+    """What a store of one model depends on, hashed into it and checked by its readers: the registry entry
+    (what a job is given, memory or GPUs, does not change what it computes) and the rule's settings.
+    """
+    entry = {k: v for k, v in config["models"][model].items() if k != "resources"}
+    return canonical({"model": entry, **settings})
+
+
+def res(key, default):
+    """A per-model resource from the registry, as a rule-level callable (SLURM requests follow it)."""
+    return (
+        lambda wildcards: config["models"][wildcards.model]
+        .get("resources", {})
+        .get(key, default)
+    )
+
+
+def runs_on(section):
+    """The registry names an experiment runs on (plan.RunPlan.runs_on)."""
+    return PLAN.runs_on[section]
 
 
 def zoo_members():
@@ -203,30 +215,52 @@ def training_params(wildcards):
     return canonical(params)
 
 
-def model_source(wildcards):
-    if is_toy(wildcards.model) or is_realshape(wildcards.model):
-        return f"results/models/{wildcards.model}"
-    return config["models"][wildcards.model]["source"]
+def realshape_models():
+    return PLAN.realshape
 
 
-def model_params(wildcards):
-    """What load_model needs: source, family, dtype, device, device_map (and prompts, when raw)."""
-    m = config["models"][wildcards.model]
-    return {
-        "source": model_source(wildcards),
-        "family": m["family"],
-        "dtype": m.get("dtype", "float32"),
-        "device": m.get("device", "cpu"),
-        "device_map": canonical(m.get("device_map")),
-    } | ({"prompts": "raw"} if m.get("prompts") == "raw" else {})
+def realshape_config(model):
+    return str(realshape_path(config["models"][model]["source"]))
 
 
-def store_config(model, **settings):
-    """What a store of one model depends on, hashed into it and checked by its readers: the registry entry
-    (what a job is given, memory or GPUs, does not change what it computes) and the rule's settings.
-    """
-    entry = {k: v for k, v in config["models"][model].items() if k != "resources"}
-    return canonical({"model": entry, **settings})
+def split_files(name):
+    """Per-model split-prefill tables of one kind, for the plotting rules."""
+    return expand(
+        "results/split_prefill/{model}/{name}.tsv",
+        model=runs_on("split_prefill"),
+        name=name,
+    )
+
+
+CIRCUIT_TOLERANCES = {key for _, _, key in CIRCUIT_VALIDATIONS.values()}
+
+
+def circuit_files(name):
+    """Per-model circuit outputs of one kind, for the plotting rule."""
+    return expand(
+        "results/circuit/{model}/{name}",
+        model=runs_on("circuit"),
+        name=name,
+    )
+
+
+SCALE_FIGURES = ["redirect", "removal", "chain", "groups_needed"]
+
+
+def scale_files(name):
+    """Per-size scale outputs of one kind, smallest first."""
+    return expand(
+        "results/scale/{model}/{name}", model=config["scale"]["models"], name=name
+    )
+
+
+def stitch_pairs():
+    """Pairs of config stitch.pairs as "a--b" directory names."""
+    return PLAN.pair_names()
+
+
+def stitch_settings():
+    return canonical({k: v for k, v in config["stitch"].items() if k != "pairs"})
 
 
 def pair_stores(wildcards):
@@ -240,12 +274,33 @@ def pair_stores(wildcards):
     }
 
 
-def res(key, default):
-    """A per-model resource from the registry, as a rule-level callable (SLURM requests follow it)."""
-    return (
-        lambda wildcards: config["models"][wildcards.model]
+def stitch_inputs(wildcards):
+    """Both models (trained and gated, if toys) and their circuits (Encode and Address blocks)."""
+    out = {}
+    for side in ("a", "b"):
+        model = getattr(wildcards, side)
+        out[f"model_{side}"] = model_input(SimpleNamespace(model=model))
+        out[f"circuit_{side}"] = f"results/circuit/{model}/circuit.json"
+        out[f"validated_{side}"] = f"results/circuit/{model}/validated.json"
+    return out
+
+
+def pair_params(wildcards):
+    return {
+        side: model_params(SimpleNamespace(model=getattr(wildcards, side)))
+        for side in ("a", "b")
+    }
+
+
+def pair_res(key, default):
+    """A resource for a job that holds both models of a pair: host memory adds up; GPUs, time and cores
+    are the larger request (both models load on the device their entries name)."""
+    combine = sum if key == "mem_mb" else max
+    return lambda wildcards: combine(
+        config["models"][getattr(wildcards, side)]
         .get("resources", {})
         .get(key, default)
+        for side in ("a", "b")
     )
 
 
@@ -279,78 +334,6 @@ def hla_model_input(wildcards):
 def hla_resource(key, default):
     """What one from-scratch HLA job asks for (hla.resources; toy defaults)."""
     return config["hla"].get("resources", {}).get(key, default)
-
-
-def runs_on(section):
-    """The registry names an experiment runs on (plan.RunPlan.runs_on)."""
-    return PLAN.runs_on[section]
-
-
-def split_tables(name):
-    """Per-model split-prefill tables of one kind, for the plotting rules."""
-    return expand(
-        "results/split_prefill/{model}/{name}.tsv",
-        model=runs_on("split_prefill"),
-        name=name,
-    )
-
-
-def circuit_tables(name):
-    """Per-model circuit outputs of one kind, for the plotting rule."""
-    return expand(
-        "results/circuit/{model}/{name}",
-        model=runs_on("circuit"),
-        name=name,
-    )
-
-
-SCALE_FIGURES = ["redirect", "removal", "chain", "groups_needed"]
-
-
-def scale_tables(name):
-    """Per-size scale outputs of one kind, smallest first."""
-    return expand(
-        "results/scale/{model}/{name}", model=config["scale"]["models"], name=name
-    )
-
-
-def stitch_pairs():
-    """Pairs of config stitch.pairs as "a--b" directory names."""
-    return PLAN.pair_names()
-
-
-def stitch_inputs(wildcards):
-    """Both models (trained and gated, if toys) and their circuits (Encode and Address blocks)."""
-    out = {}
-    for side in ("a", "b"):
-        model = getattr(wildcards, side)
-        out[f"model_{side}"] = model_input(SimpleNamespace(model=model))
-        out[f"circuit_{side}"] = f"results/circuit/{model}/circuit.json"
-        out[f"validated_{side}"] = f"results/circuit/{model}/validated.json"
-    return out
-
-
-def pair_params(wildcards):
-    return {
-        side: model_params(SimpleNamespace(model=getattr(wildcards, side)))
-        for side in ("a", "b")
-    }
-
-
-def pair_res(key, default):
-    """A resource for a job that holds both models of a pair: host memory adds up; GPUs, time and cores
-    are the larger request (both models load on the device their entries name)."""
-    combine = sum if key == "mem_mb" else max
-    return lambda wildcards: combine(
-        config["models"][getattr(wildcards, side)]
-        .get("resources", {})
-        .get(key, default)
-        for side in ("a", "b")
-    )
-
-
-def stitch_settings():
-    return canonical({k: v for k, v in config["stitch"].items() if k != "pairs"})
 
 
 def final_outputs():
@@ -423,37 +406,10 @@ def summary_tables(wildcards=None):
     return {section: path for section, path in tables.items() if path}
 
 
-def check_live_run():
-    """Name a run that is live in this directory, once, before snakemake's own lock check: its locks look the
-    same whether their run is alive or was killed. Unlocking under a live run is refused outright.
-    """
-    live = holder(".") if workflow.is_main_process else None
-    if live is None:
-        return False
-    if "--unlock" in sys.argv:
-        raise ValueError(
-            f"another run is live in this directory ({describe_run(live)}): its locks are not a killed "
-            "run's; wait for it to finish, or stop it, instead of unlocking"
-        )
-    print(
-        f"hybridlens: another run is live in this directory ({describe_run(live)}); wait for it to finish "
-        "or stop it: a second run here is refused (a dry run, -n, is safe)",
-        file=sys.stderr,
-    )
-    return True
-
-
-LIVE_RUN_NAMED = check_live_run()
-
-# Tables that later jobs read are sealed by the job that wrote them (tables.seal); one changed since is refused
-# before any job, as its readers would fail on it or copy a changed number into every table built from it.
+# A live run is named once, before snakemake's own lock check; a changed table is refused before any job.
+LIVE_RUN_NAMED = workflow.is_main_process and name_live_run(".", "--unlock" in sys.argv)
 if workflow.is_main_process:
-    CHANGED = changed_tables("results")
-    if CHANGED:
-        more = (
-            f" (and {len(CHANGED) - 1} more changed tables)" if len(CHANGED) > 1 else ""
-        )
-        raise UserError(CHANGED[0] + more)
+    refuse_changed("results")
 
 
 # After snakemake's locks are taken and before the first job: hold the directory for this run's life (a

@@ -30,14 +30,13 @@ rule extract_activations:
                 if k not in ("models", "tasks")
             }
         ),
-        n_languages=config["zoo"]["n_languages"],
         config_hash=lambda wc: store_config(wc.model, task=config["tasks"][wc.task]),
     script:
         "../workflow_scripts/extract_activations.py"
 
 
-rule plot_logit_lens:
-    # Per-layer residual norm and logit-lens rank of the answer, one panel per model.
+rule extract_tables:
+    # One task's logit-lens summary across models: per layer, the answer's rank and the residual norm.
     input:
         lens=lambda wc: expand(
             "results/activations/{model}/{task}.lens.tsv",
@@ -45,8 +44,24 @@ rule plot_logit_lens:
             task=wc.task,
         ),
     output:
-        pdf=report("results/figures/logit_lens_{task}.pdf", category="Activations"),
         tsv="results/tables/logit_lens_{task}.tsv",
+    log:
+        "logs/extract_tables/{task}.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/extract_tables.py"
+
+
+rule plot_logit_lens:
+    # Per-layer residual norm and logit-lens rank of the answer, one panel per model.
+    input:
+        tsv=rules.extract_tables.output.tsv,
+    output:
+        pdf=report("results/figures/logit_lens_{task}.pdf", category="Activations"),
     log:
         "logs/plot_logit_lens/{task}.log",
     benchmark:
@@ -56,7 +71,5 @@ rule plot_logit_lens:
     threads: 1
     resources:
         mem_mb=1000,
-    params:
-        models=runs_on("extract"),
     script:
         "../workflow_scripts/plot_logit_lens.py"

@@ -72,9 +72,9 @@ if not config["hla"].get("source"):
             "../workflow_scripts/ship_toy.py"
 
 
-rule plot_hla:
+rule hla_tables:
     # Accuracy against context length per model, macro over the suite and per task, with intervals; the
-    # router gates of every chunk-mixing model beside it.
+    # router gates of every chunk-mixing model.
     input:
         evals=expand(
             "results/hla/scratch/{mode}_s{seed}/eval.csv",
@@ -87,9 +87,25 @@ rule plot_hla:
             seed=config["hla"]["seeds"],
         ),
     output:
-        pdf=report("results/figures/hla_length.pdf", category="HLA"),
         tsv="results/tables/hla_length.tsv",
         gates="results/tables/hla_gates.tsv",
+    log:
+        "logs/hla_tables/tables.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/hla_tables.py"
+
+
+rule plot_hla:
+    # Accuracy against context length per model, macro over the suite and per task.
+    input:
+        tsv=rules.hla_tables.output.tsv,
+    output:
+        pdf=report("results/figures/hla_length.pdf", category="HLA"),
     log:
         "logs/plot_hla/plot.log",
     benchmark:
@@ -140,7 +156,7 @@ rule hla_adapt:
         "../workflow_scripts/hla_adapt.py"
 
 
-rule plot_hla_adapt:
+rule hla_adapt_tables:
     # Accuracy by length before and after the HLA adaptation, per adapted model; RULER's scores per phase.
     input:
         evals=expand(
@@ -150,9 +166,25 @@ rule plot_hla_adapt:
             "results/hla/adapt/{model}/ruler.csv", model=config["hla"]["adapt_models"]
         ),
     output:
-        pdf=report("results/figures/hla_adapt.pdf", category="HLA"),
         tsv="results/tables/hla_adapt.tsv",
         ruler="results/tables/hla_ruler.tsv",
+    log:
+        "logs/hla_adapt_tables/tables.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/hla_tables.py"
+
+
+rule plot_hla_adapt:
+    # Accuracy by length before and after the HLA adaptation, per adapted model.
+    input:
+        tsv=rules.hla_adapt_tables.output.tsv,
+    output:
+        pdf=report("results/figures/hla_adapt.pdf", category="HLA"),
     log:
         "logs/plot_hla_adapt/plot.log",
     benchmark:

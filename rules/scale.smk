@@ -5,7 +5,7 @@ rule scale:
     # Readers, per-group removal profile, group transplants, chain analysis and verdict for one size.
     input:
         model_input,
-        user_items=[SCALE_USER_TASK["file"]] if SCALE_USER_TASK else [],
+        user_items=[PLAN.scale_user_task["file"]] if PLAN.scale_user_task else [],
     output:
         summary="results/scale/{model}/summary.json",
         profile="results/scale/{model}/profile.csv",
@@ -26,8 +26,7 @@ rule scale:
     params:
         model=model_params,
         settings=canonical({k: v for k, v in config["scale"].items() if k != "models"}),
-        user_task=SCALE_USER_TASK,
-        n_languages=config["zoo"]["n_languages"],
+        user_task=PLAN.scale_user_task,
     script:
         "../workflow_scripts/scale.py"
 
@@ -35,10 +34,10 @@ rule scale:
 rule scale_tables:
     # One table per kind across sizes, smallest first.
     input:
-        summary=scale_tables("summary.json"),
-        profile=scale_tables("profile.csv"),
-        transplant=scale_tables("transplant.csv"),
-        blocking=scale_tables("blocking.csv"),
+        summary=scale_files("summary.json"),
+        profile=scale_files("profile.csv"),
+        transplant=scale_files("transplant.csv"),
+        blocking=scale_files("blocking.csv"),
     output:
         sizes="results/scale/sizes.tsv",
         profile="results/scale/profile.tsv",
@@ -49,8 +48,6 @@ rule scale_tables:
     conda:
         "../environment.yml"
     threads: 1
-    params:
-        models=config["scale"]["models"],
     script:
         "../workflow_scripts/scale_tables.py"
 

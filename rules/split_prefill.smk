@@ -5,7 +5,7 @@ rule split_prefill:
     # Every cache condition on every item of every seed; per-item rows, retention, swap table, samples.
     input:
         model_input,
-        user_items=[SPLIT_USER_TASK["file"]] if SPLIT_USER_TASK else [],
+        user_items=[PLAN.split_user_task["file"]] if PLAN.split_user_task else [],
     output:
         rows="results/split_prefill/{model}/items.tsv",
         retention="results/split_prefill/{model}/retention.tsv",
@@ -27,22 +27,46 @@ rule split_prefill:
         settings=canonical(
             {k: v for k, v in config["split_prefill"].items() if k != "models"}
         ),
-        task=canonical(SPLIT_TASK),
-        user_task=SPLIT_USER_TASK,
-        n_languages=config["zoo"]["n_languages"],
+        task=canonical(PLAN.split_task),
+        user_task=PLAN.split_user_task,
     script:
         "../workflow_scripts/split_prefill.py"
 
 
-rule plot_split_retention:
-    # Retention of retrieval / language / persona per condition and model, with intervals.
+rule split_prefill_tables:
+    # Across models: retention per condition and property, the state-swap attribution matrix, and sample
+    # generations per condition (shown in the report).
     input:
-        split_tables("retention"),
+        retention=split_files("retention"),
+        swap=split_files("swap"),
+        samples=split_files("samples"),
+    output:
+        retention="results/tables/split_prefill_retention.tsv",
+        swap="results/tables/state_swap.tsv",
+        samples=report(
+            "results/tables/split_prefill_samples.tsv",
+            category="Split-prefill",
+            caption="../report/split_prefill_samples.rst",
+        ),
+    log:
+        "logs/split_prefill_tables/tables.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/split_prefill_tables.py"
+
+
+rule plot_split_retention:
+    # Retention of retrieval, language and persona per condition and model.
+    input:
+        tsv=rules.split_prefill_tables.output.retention,
     output:
         pdf=report(
             "results/figures/split_prefill_retention.pdf", category="Split-prefill"
         ),
-        tsv="results/tables/split_prefill_retention.tsv",
     log:
         "logs/plot_split_retention/plot.log",
     benchmark:
@@ -52,8 +76,6 @@ rule plot_split_retention:
     threads: 1
     resources:
         mem_mb=1000,
-    params:
-        models=runs_on("split_prefill"),
     script:
         "../workflow_scripts/plot_split_prefill.py"
 
@@ -61,10 +83,9 @@ rule plot_split_retention:
 rule plot_state_swap:
     # The state-swap attribution matrix per model: content source x style source.
     input:
-        split_tables("swap"),
+        tsv=rules.split_prefill_tables.output.swap,
     output:
         pdf=report("results/figures/state_swap.pdf", category="Split-prefill"),
-        tsv="results/tables/state_swap.tsv",
     log:
         "logs/plot_state_swap/plot.log",
     benchmark:
@@ -74,32 +95,5 @@ rule plot_state_swap:
     threads: 1
     resources:
         mem_mb=1000,
-    params:
-        models=runs_on("split_prefill"),
-    script:
-        "../workflow_scripts/plot_split_prefill.py"
-
-
-rule split_prefill_samples:
-    # Sample generations per condition and model, as a table in the report.
-    input:
-        split_tables("samples"),
-    output:
-        tsv=report(
-            "results/tables/split_prefill_samples.tsv",
-            category="Split-prefill",
-            caption="../report/split_prefill_samples.rst",
-        ),
-    log:
-        "logs/split_prefill_samples/table.log",
-    benchmark:
-        "benchmarks/split_prefill_samples.tsv"
-    conda:
-        "../environment.yml"
-    threads: 1
-    resources:
-        mem_mb=1000,
-    params:
-        models=runs_on("split_prefill"),
     script:
         "../workflow_scripts/plot_split_prefill.py"

@@ -25,7 +25,6 @@ rule stitch_acts:
         models=pair_params,
         stores=pair_stores,
         settings=stitch_settings(),
-        n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/stitch_acts.py"
 
@@ -81,7 +80,6 @@ rule stitch_swap:
         models=pair_params,
         stores=pair_stores,
         settings=stitch_settings(),
-        n_languages=config["zoo"]["n_languages"],
     script:
         "../workflow_scripts/stitch_swap.py"
 

@@ -61,15 +61,33 @@ rule evaluate_toy:
         "../workflow_scripts/evaluate_toy.py"
 
 
-rule plot_zoo:
-    # Training curves and the evaluation table of the whole zoo (no model needed).
+rule zoo_tables:
+    # Held-out retrieval, language and persona fidelity of every toy, with intervals (no model needed).
     input:
-        curves=[f"{d}/curve.csv" for d in zoo_members().values()],
         evals=[f"{d}/eval.json" for d in zoo_members().values()],
+    output:
+        tsv="results/tables/zoo_eval.tsv",
+    log:
+        "logs/zoo_tables/tables.log",
+    conda:
+        "../environment.yml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        members={name: f"{d}/eval.json" for name, d in zoo_members().items()},
+    script:
+        "../workflow_scripts/zoo_tables.py"
+
+
+rule plot_zoo:
+    # Training curves and the evaluation table of the whole zoo.
+    input:
+        tsv=rules.zoo_tables.output.tsv,
+        curves=[f"{d}/curve.csv" for d in zoo_members().values()],
     output:
         curves=report("results/figures/zoo_training.pdf", category="Toy zoo"),
         table=report("results/figures/zoo_eval.pdf", category="Toy zoo"),
-        tsv="results/tables/zoo_eval.tsv",
     log:
         "logs/plot_zoo/plot_zoo.log",
     benchmark:
@@ -80,7 +98,7 @@ rule plot_zoo:
     resources:
         mem_mb=1000,
     params:
-        names=list(zoo_members()),
+        curves={name: f"{d}/curve.csv" for name, d in zoo_members().items()},
     script:
         "../workflow_scripts/plot_zoo.py"
 

@@ -9,6 +9,11 @@ from hybridlens.models.adapter import load_model
 from hybridlens.models.toy import build_tokenizer, build_toy_model
 from hybridlens.tasks.retrieval import make_prompts
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a whole study's run, minutes long; HYBRIDLENS_SLOW=1 runs it")
+
+
 # Layouts with at least two attention layers where the family has them.
 TINY = {
     "qwen3_5": dict(hidden_size=32, layout="LLALLA", heads=2),

@@ -20,16 +20,16 @@ with script_log(snakemake) as log:
     from hybridlens.validation import write_checks
 
     torch.set_num_threads(snakemake.threads)
-    s, n_languages = snakemake.params.settings, snakemake.params.n_languages
+    s = snakemake.params.settings
     hm = load_model(**snakemake.params.model)
-    circuit, ablation, readers = localize_reference(hm, s, n_languages)
+    circuit, ablation, readers = localize_reference(hm, s)
     log.info(
         "encode %s, address %s, reader %s", circuit["encode"]["layers"], circuit["address"]["layers"], circuit["reader"]
     )
     rows, checks = [], {}
     if circuit["address"]["group"] is not None:
         for seed in s["seeds"]:
-            items = triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)
+            items = triples(hm, seed, s["n"], s["n_pairs"], s["format"])
             rows += transplant_all(hm, items, circuit, s["batch_size"], checks)
     pd.DataFrame(ablation).to_csv(snakemake.output.ablation, index=False)
     pd.DataFrame(readers).to_csv(snakemake.output.readers, index=False)

@@ -15,7 +15,7 @@ with script_log(snakemake) as log:
     hm = load_model(**snakemake.params.model)
     with open(snakemake.input.circuit) as f:
         circuit = json.load(f)
-    items, counts = items_of(hm, snakemake.params.task, snakemake.params.n_languages)
+    items, counts = items_of(hm, snakemake.params.task)
     log.info("task %s: %s", snakemake.wildcards.task, counts)
     rows = [
         {"task": snakemake.wildcards.task, **r}

@@ -14,7 +14,7 @@ with script_log(snakemake) as log:
     zoo, gate, gated = snakemake.params.zoo, snakemake.params.gate, snakemake.params.formats
     hm = load_model(snakemake.params.source)
     formats = list(dict.fromkeys([*FORMATS, *gated]))
-    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], snakemake.params.eval_pairs, zoo["n_languages"], formats)
+    rows = evaluate_model(hm, zoo["eval_seed"], zoo["eval_n"], snakemake.params.eval_pairs, formats)
     log.info("eval %s: %s", snakemake.wildcards.model, rows)
     check_gate(snakemake.wildcards.model, rows, gate, gated)
     with open(snakemake.output.json, "w") as f:

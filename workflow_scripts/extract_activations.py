@@ -15,7 +15,7 @@ with script_log(snakemake) as log:
     torch.set_num_threads(snakemake.threads)
     task, cfg = snakemake.params.task, snakemake.params.extract
     hm = load_model(**snakemake.params.model)
-    prompts, counts = items_of(hm, task, snakemake.params.n_languages)
+    prompts, counts = items_of(hm, task)
     log.info("task %s: %s", snakemake.wildcards.task, counts)
     sites = [f"layers.{layer}.{s}" for layer in range(hm.n_layers) for s in cfg["sites"]]
     sites += [f"layers.{layer}.layer_out" for layer in range(hm.n_layers)]

@@ -15,16 +15,16 @@ with script_log(snakemake) as log:
     from hybridlens.tasks.items import donor_triples
 
     torch.set_num_threads(snakemake.threads)
-    s, n_languages = snakemake.params.settings, snakemake.params.n_languages
+    s = snakemake.params.settings
     hm = load_model(**snakemake.params.model)
-    circuit, _, reader_rows = localize_reference(hm, s, n_languages)
+    circuit, _, reader_rows = localize_reference(hm, s)
     main = circuit["reader"]
     readers = scale.readers(reader_rows, main, s["reader_min"])
     log.info("groups %s, readers %s", hm.groups, readers)
     if snakemake.params.user_task:  # a user's items, each with its donor
-        items = donor_triples(tasks.items_of(hm, snakemake.params.user_task, n_languages)[0])
+        items = donor_triples(tasks.items_of(hm, snakemake.params.user_task)[0])
     else:
-        items = [t for seed in s["seeds"] for t in triples(hm, seed, s["n"], s["n_pairs"], s["format"], n_languages)]
+        items = [t for seed in s["seeds"] for t in triples(hm, seed, s["n"], s["n_pairs"], s["format"])]
     profile, transplant, blocking = scale.sweep(hm, items, readers, main, s["batch_size"])
     transplant_summary = scale.summarize_transplant(transplant)
     summary = {

@@ -3,18 +3,18 @@ from hybridlens.runlog import script_log
 
 with script_log(snakemake):
     import json
+    from pathlib import Path
 
     import pandas as pd
 
-    models, out = snakemake.params.models, snakemake.output
-    sizes = []
-    for m, f in zip(models, snakemake.input.summary, strict=True):
-        with open(f) as fh:
-            s = json.load(fh)
-        sizes.append({"model": m, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))}})
+    from hybridlens.tables import gather
+
+    out, sizes = snakemake.output, []
+    for f in snakemake.input.summary:  # results/scale/{model}/summary.json, in scale.models' order
+        s = json.loads(Path(f).read_text())
+        sizes.append({"model": Path(f).parent.name, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))}})
         sizes[-1]["readers"] = " ".join(s["readers"])
         sizes[-1]["groups"] = " ".join("-".join(map(str, g)) for g in s["groups"])
     pd.DataFrame(sizes).to_csv(out.sizes, sep="\t", index=False)
     for kind in ("profile", "transplant", "blocking"):
-        frames = [pd.read_csv(f).assign(model=m) for m, f in zip(models, snakemake.input[kind], strict=True)]
-        pd.concat(frames).to_csv(out[kind], sep="\t", index=False)
+        gather(snakemake.input[kind]).to_csv(out[kind], sep="\t", index=False)

@@ -10,20 +10,20 @@ with script_log(snakemake) as log:
     from hybridlens.models.adapter import load_model
 
     torch.set_num_threads(snakemake.threads)
-    s, task, n_languages = snakemake.params.settings, snakemake.params.task, snakemake.params.n_languages
+    s, task = snakemake.params.settings, snakemake.params.task
     user, style = snakemake.params.user_task, tasks.module("style")
     hm = load_model(**snakemake.params.model)
     if user and task["lexicon"] == "auto":  # a user's items are real text
         task = task | {"lexicon": "text"}
-    lexicon = style.lexicon(hm, task, n_languages)
+    lexicon = style.lexicon(hm, task)
     n_new = s["n_new"] or lexicon.n_new
     rows = []
     for seed in s["seeds"][:1] if user else s["seeds"]:  # a user's items are one set, not drawn per seed
         if user:
-            loaded, counts = tasks.items_of(hm, user, n_languages)
+            loaded, counts = tasks.items_of(hm, user)
             items = style.from_items(loaded)
         else:
-            items, counts = tasks.items_of(hm, task | {"seed": seed}, n_languages)
+            items, counts = tasks.items_of(hm, task | {"seed": seed})
         rows += run_items(hm, items, n_new, lexicon, seed, s["batch_size"])
         log.info("seed %d: %d items (%s lexicon, %s) under every condition", seed, len(items), lexicon.kind, counts)
     rows = pd.DataFrame(rows)

@@ -14,9 +14,9 @@ with script_log(snakemake) as log:
 
     torch.set_num_threads(snakemake.threads)
     dictionary = tasks.module("dictionary")  # stitching runs on the dictionary task's key splits
-    s, n_languages, seed = snakemake.params.settings, snakemake.params.n_languages, int(snakemake.wildcards.seed)
+    s, seed = snakemake.params.settings, int(snakemake.wildcards.seed)
     models = {side: load_model(**snakemake.params.models[side]) for side in ("a", "b")}
-    split = dictionary.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
+    split = dictionary.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"])
     log.info("keys: %d fit, %d test; %d values", len(split[0]), len(split[1]), len(split[2]))
     for side, hm in models.items():
         with open(snakemake.input[f"circuit_{side}"]) as f:
@@ -24,7 +24,7 @@ with script_log(snakemake) as log:
         store = snakemake.params.stores[getattr(snakemake.wildcards, side)]
         attrs = provenance(store["source"], store["config"], hm.tokenizer, seed, hm.model.dtype)
         for part, output in (("fit", side), ("test", f"{side}_test")):
-            prompts = dictionary.run_prompts(split, seed, s, n_languages, part)
+            prompts = dictionary.run_prompts(split, seed, s, part)
             data = stitch.collect(hm, prompts, spans, s["batch_size"])
             log.info("%s, %s prompts: blocks %s, %d token rows", hm.source, part, spans, len(data["prompt"]))
             meta = attrs | {"blocks": json.dumps(spans), "split": part}

@@ -14,7 +14,7 @@ with script_log(snakemake) as log:
 
     torch.set_num_threads(snakemake.threads)
     dictionary = tasks.module("dictionary")  # stitching runs on the dictionary task's key splits
-    w, s, n_languages = snakemake.wildcards, snakemake.params.settings, snakemake.params.n_languages
+    w, s = snakemake.wildcards, snakemake.params.settings
     seed = int(w.seed)
     models = {side: load_model(**snakemake.params.models[side]) for side in ("a", "b")}
     receiver_side = "a" if w.receiver == w.a else "b"
@@ -40,12 +40,12 @@ with script_log(snakemake) as log:
         for name in json.loads(attrs["map_names"])
     }
     means = {k: data[f"{w.receiver}.mean_write.{k}"] for k in json.loads(attrs["mean_names"])}
-    split = dictionary.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"], n_languages)
-    prompts = dictionary.run_prompts(split, seed, s, n_languages, "test")
+    split = dictionary.split_keys(models["a"], models["b"], seed, s["test_keys"], s["n_pairs"])
+    prompts = dictionary.run_prompts(split, seed, s, "test")
     both = {"receiver": spans[w.receiver], "donor": spans[donor_name]}
     # The donor's final-token writes on the test prompts are in its test store already (rule stitch_acts).
     writes = stitch.final_block_writes(donor_test, both["donor"]["address"])
-    pairs = dictionary.donor_host(prompts, seed, n_languages)  # the donors are the test prompts, in order
+    pairs = dictionary.donor_host(prompts, seed)  # the donors are the test prompts, in order
     rows = stitch.swap_rows(receiver, donor, both, maps, means, pairs, seed, s["batch_size"], writes)
     table = pd.DataFrame(rows).assign(receiver=w.receiver, donor=donor_name)
     log.info("%s", table.groupby(["transfer", "condition"])[["correct", "redirect"]].mean())

@@ -4,6 +4,7 @@ load_schema    the JSON schema, its list of families taken from the family regis
 load_config    read a YAML config file, refusing duplicate keys and naming a syntax error's file, line, column
 check_config   validate a config dict against the JSON schema; raise ConfigError naming the key
 check_study      refuse a study without its claims template
+canonical        dicts with sorted keys, recursively: a config's params as snakemake compares them
 resolve_recipes  replace each registry entry {recipe: STUDY} by that study's model of the same name
 ConfigError
 TOY_TRAINING_KEYS, HLA_TRAINING_KEYS
@@ -79,6 +80,16 @@ def load_config(path) -> dict:
 
 
 STUDIES = "studies"
+
+
+def canonical(value):
+    """Dicts with sorted keys, recursively. Snakemake compares params by their text, so reordering keys in a
+    config file must not look like a change (and rerun training)."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
 
 
 def resolve_recipes(config: dict, root=".") -> dict:

@@ -1,5 +1,6 @@
 """The run plan: what a validated config asks of the workflow, checked before any job runs.
 
+check_paths  refuse a project, working directory or Python at a path with a space
 RunPlan   the registry by kind (toys, real-shape, shipped), each experiment's models, the tasks with their
           defaults, split-prefill's and the scale sweep's items, and the lines to print before any job
 plan_run  build it from a config whose schema defaults are filled, raising the one-line refusals (UserError)
@@ -16,6 +17,18 @@ from hybridlens.errors import UserError
 from hybridlens.models.families import FAMILIES, check_family
 from hybridlens.models.source import MANIFEST, check_source, has_chat_template, read_config
 from hybridlens.zoo.spec import ToySpec, check_from, check_toy, check_trained_format
+
+
+def check_paths(paths: dict) -> None:
+    """Snakemake starts each job's script as "<python> <script>" without quoting either, so a space in a path
+    fails every job after a clean dry run: refuse it before anything else. paths: what -> where."""
+    for what, path in paths.items():
+        if any(c.isspace() for c in str(path)):
+            raise UserError(
+                f"{what} is at {str(path)!r}, a path with a space, which snakemake's jobs do not quote; "
+                "clone or move it (and its .venv) to a path without spaces"
+            )
+
 
 EXPERIMENTS = ("extract", "circuit", "split_prefill")  # the sections whose `models: []` means every model
 
@@ -182,7 +195,7 @@ def _check_tokenizers(config: dict, plan: RunPlan, reference_task) -> None:
         view = tokenizer_view(path, entry["family"], entry.get("prompts", "chat"))
         for who, spec in asked:
             try:
-                items_of(view, spec, config["zoo"]["n_languages"])
+                items_of(view, spec)
             except ValueError as err:
                 raise UserError(f"config {who} on models.{name}: {err}") from None
 

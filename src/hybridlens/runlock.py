@@ -6,6 +6,7 @@ from a dead one. The main process of a run that executes jobs holds an flock on 
 line there, so a second run can name the live one, and the advice to remove snakemake's locks is given only
 when no run is alive.
 
+name_live_run  print the live run of a directory, or refuse to unlock under it
 hold     take the lock for the rest of this process's life, or raise UserError naming the live holder
 holder   the live holder's {pid, started, command}, or None
 python -m hybridlens.runlock [DIR]   prints the live holder and exits 0; exits 1 if no run holds DIR
@@ -47,6 +48,25 @@ def describe(run: dict) -> str:
     if not run:
         return "a run that is starting"
     return f"pid {run['pid']}, started {run['started']}: {run['command']}"
+
+
+def name_live_run(directory=".", unlocking: bool = False) -> bool:
+    """Name a run that is live in `directory` (once, before snakemake's own lock check, whose locks look the same
+    whether their run is alive or was killed); refuse to unlock under it. True when one was named."""
+    live = holder(directory)
+    if live is None:
+        return False
+    if unlocking:
+        raise UserError(
+            f"another run is live in this directory ({describe(live)}): its locks are not a killed run's; wait "
+            "for it to finish, or stop it, instead of unlocking"
+        )
+    print(
+        f"hybridlens: another run is live in this directory ({describe(live)}); wait for it to finish or stop "
+        "it: a second run here is refused (a dry run, -n, is safe)",
+        file=sys.stderr,
+    )
+    return True
 
 
 def hold(directory="."):

@@ -2,8 +2,10 @@
 the sha256 of what their rule wrote.
 
 write_table   rows -> file; no rows: the header and one row whose `reason` column says why there are none
+gather        one table from per-model files results/<experiment>/<model>/<file>, the model named in a column
 seal          record a finished job's table beside it (.NAME.provenance: its sha256, the rule, its wildcards)
 changed       every sealed table under a directory whose bytes are no longer what its rule wrote
+refuse_changed  raise UserError naming the first changed table, before any job reads it
 """
 
 import json
@@ -19,6 +21,13 @@ def write_table(path, rows, columns, reason: str, sep=","):
     travels into the tables combined from it."""
     empty = pd.DataFrame([{"reason": reason}], columns=[*columns, "reason"])
     (pd.DataFrame(rows) if len(rows) else empty).to_csv(path, sep=sep, index=False)
+
+
+def gather(paths, read=pd.read_csv, **kwargs) -> pd.DataFrame:
+    """The per-model files `paths` (results/<experiment>/<model>/<file>) as one table whose last column,
+    `model`, is each file's model, read from its directory: a table says which model each row is of, rather
+    than a script pairing files with names by their order."""
+    return pd.concat([read(path, **kwargs).assign(model=Path(path).parent.name) for path in paths])
 
 
 def _record(path: Path) -> Path:
@@ -53,3 +62,14 @@ def changed(root="results") -> list[str]:
                 f"again) or, to keep your edit, remove {record}"
             )
     return lines
+
+
+def refuse_changed(root="results") -> None:
+    """Refuse a run whose sealed tables changed since their jobs wrote them: their readers would fail on one,
+    or copy a changed number into every table built from it."""
+    from hybridlens.errors import UserError
+
+    found = changed(root)
+    if found:
+        more = f" (and {len(found) - 1} more changed tables)" if len(found) > 1 else ""
+        raise UserError(found[0] + more)

@@ -27,8 +27,8 @@ def a_circuit(hm):
 
 
 def test_triples(hm):
-    items = triples(hm, 2, 10, 4, "chat", 2)
-    assert items == triples(hm, 2, 10, 4, "chat", 2)
+    items = triples(hm, 2, 10, 4, "chat")
+    assert items == triples(hm, 2, 10, 4, "chat")
     for t in items:
         assert t.donor.pairs == t.host.pairs and t.donor.query != t.host.query
         key_a, value_a = t.donor.pairs[t.donor.query]
@@ -39,7 +39,7 @@ def test_triples(hm):
 
 
 def test_identity_transplants_are_bit_identical_and_the_shortcut_within_path_ulps(hm):
-    items = triples(hm, 1, 6, 4, "chat", 2)
+    items = triples(hm, 1, 6, 4, "chat")
     checks = {}
     rows = transplant(hm, items, a_circuit(hm), control_group=None, checks=checks)
     assert set(checks) == set(VALIDATIONS)
@@ -61,7 +61,7 @@ def test_a_patch_that_writes_other_values_fails_the_identity_check(hm, monkeypat
     scatter = patch._scatter
     monkeypatch.setattr(patch, "_scatter", lambda t, idx, values: scatter(t, idx, values + 1e-3))
     checks = {}
-    transplant(hm, triples(hm, 1, 4, 4, "chat", 2), a_circuit(hm), control_group=None, checks=checks)
+    transplant(hm, triples(hm, 1, 4, 4, "chat"), a_circuit(hm), control_group=None, checks=checks)
     verdict = judge(checks["identity_query"], 0)
     assert not verdict["passed"] and verdict["max_abs_diff"] > 0
     assert judge(checks["identity_state"], 0)["passed"]  # copying states does not go through the patch
@@ -113,10 +113,10 @@ def test_localize_reports_evidence_for_every_choice(hm):
 
 def test_a_config_sections_reader_key_holds_the_reference_search_to_the_last_layer(hm):
     section = {"n_pairs": 4, "format": "chat", "localize_seed": 0, "localize_n": 8}
-    circuit, _, readers = localize_reference(hm, section, 2)
+    circuit, _, readers = localize_reference(hm, section)
     assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (readers[0]["layer"], readers[0]["head"])
     assert circuit["task"] == {"format": "chat", "framing": "toy", "keys": 62, "values": 64, "languages": 2}
-    circuit, _, _ = localize_reference(hm, section | {"reader": "last"}, 2)
+    circuit, _, _ = localize_reference(hm, section | {"reader": "last"})
     best = next(r for r in readers if r["layer"] == hm.attention_layers()[-1])
     assert (circuit["reader"]["layer"], circuit["reader"]["head"]) == (best["layer"], best["head"])
 

@@ -72,7 +72,7 @@ def test_verdict(rows, verdict, needed, best):
 
 
 def test_transplant_from_the_host_itself_changes_nothing(hm):
-    items = triples(hm, 1, 6, 4, "chat", 2)
+    items = triples(hm, 1, 6, 4, "chat")
     hosts, _ = on_items.runner(hm, [t.host for t in items])
     readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
     sets = scale.group_sets(hm.groups, max(hm.attention_layers()))
@@ -89,7 +89,7 @@ def test_transplant_from_the_host_itself_changes_nothing(hm):
 
 
 def test_transplant_from_the_donor_moves_d(hm):
-    items = triples(hm, 1, 6, 4, "chat", 2)
+    items = triples(hm, 1, 6, 4, "chat")
     hosts, _ = on_items.runner(hm, [t.host for t in items])
     donors, _ = on_items.runner(hm, [t.donor for t in items])
     readers = [{"layer": hm.attention_layers()[-1], "head": 0}]
@@ -124,7 +124,7 @@ def test_blocking_rows_pair_every_earlier_reader_with_every_later_one(hm):
     layers = hm.attention_layers()
     if len(layers) < 2:
         pytest.skip("one attention layer: no chain")
-    items = triples(hm, 2, 4, 4, "chat", 2)
+    items = triples(hm, 2, 4, 4, "chat")
     hosts, _ = on_items.runner(hm, [t.host for t in items])
     readers = [{"layer": layer, "head": 0} for layer in layers]
     rows = scale.blocking_rows(hm, hosts, items, readers)
@@ -146,7 +146,7 @@ def test_blocking_a_whole_layer_equals_zeroing_its_final_write(hm):
     if len(layers) < 2 or hm.kinds[layers[0]] != "attention":
         pytest.skip("needs an attention-only layer before another reader")
     early, late = layers[0], layers[1]
-    items = triples(hm, 2, 4, 4, "chat", 2)
+    items = triples(hm, 2, 4, 4, "chat")
     hosts, host_tokens = on_items.runner(hm, [t.host for t in items])
     readers = [{"layer": early, "head": 0}, {"layer": late, "head": 0}]
     rows = scale.blocking_rows(hm, hosts, items, readers)
@@ -173,7 +173,7 @@ def test_the_donors_entry_is_read_among_the_hosts_choices(hm):
     from hybridlens.tasks.items import answer_index, donor_index, donor_triples, require_entries
     from hybridlens.tasks.jsonl import load
 
-    for t in triples(hm, 1, 6, 4, "chat", 2):
+    for t in triples(hm, 1, 6, 4, "chat"):
         assert donor_index(t) == answer_index(t.donor) != answer_index(t.host)
     example = load(Path(__file__).parents[2] / "config/tasks/example.jsonl")[:1]  # its first line has choices
     require_entries(example, "scale.task")

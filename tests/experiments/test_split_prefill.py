@@ -30,7 +30,7 @@ REAL_CONFIGS = Path(__file__).parents[2] / "config" / "real-configs"
 
 def style(hm, lexicon="auto", **spec):
     spec = tasks.settings("split_prefill", {"kind": "style", "lexicon": lexicon} | spec, where="test")
-    return tasks.items_of(hm, spec, 2)[0], tasks.module("style").lexicon(hm, spec, 2)
+    return tasks.items_of(hm, spec)[0], tasks.module("style").lexicon(hm, spec)
 
 
 @pytest.fixture(scope="module")

@@ -121,14 +121,14 @@ def test_self_stitch_with_identity_maps_changes_nothing(hm):
     means = zero_means(hm.d_model)
     twin = HybridModel(copy.deepcopy(hm.model), hm.tokenizer)  # the donor's forward runs inside the receiver's
     maps = identity_maps(hm.d_model)
-    rows = swap_rows(hm, twin, {"receiver": spans, "donor": spans}, maps, means, donor_host(prompts, 3, 2), 3)
+    rows = swap_rows(hm, twin, {"receiver": spans, "donor": spans}, maps, means, donor_host(prompts, 3), 3)
     got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
     assert len(rows) == len(TRANSFERS) * len(CONDITIONS) * len(prompts)
     for block in ("address", "encode_address"):
         for i in range(len(prompts)):
             assert got[(block, "stitched", i)]["correct"] == got[(block, "intact", i)]["correct"]
     with pytest.raises(ValueError, match="load it twice"):
-        swap_rows(hm, hm, {"receiver": spans, "donor": spans}, maps, means, donor_host(prompts, 3, 2), 3)
+        swap_rows(hm, hm, {"receiver": spans, "donor": spans}, maps, means, donor_host(prompts, 3), 3)
 
 
 def test_the_swap_maps_each_position_by_its_role(hm):
@@ -158,14 +158,14 @@ def pair(saved_models):
 
 def test_key_split_is_disjoint_seeded_and_checked(pair):
     a, b = pair
-    fit, test, values, languages = split_keys(a, b, 1, 0.34, 4, 2)
+    fit, test, values, languages = split_keys(a, b, 1, 0.34, 4)
     assert not set(fit) & set(test) and len(test) == round((len(fit) + len(test)) * 0.34)
-    assert split_keys(a, b, 1, 0.34, 4, 2) == (fit, test, values, languages)
-    assert split_keys(a, b, 2, 0.34, 4, 2)[1] != test
-    for p in split_prompts((fit, test, values, languages), 0, 10, 4, "chat", 2, "test"):
+    assert split_keys(a, b, 1, 0.34, 4) == (fit, test, values, languages)
+    assert split_keys(a, b, 2, 0.34, 4)[1] != test
+    for p in split_prompts((fit, test, values, languages), 0, 10, 4, "chat", "test"):
         assert {k for k, _ in p.pairs} <= set(test)
     with pytest.raises(ValueError, match="too few for 40-pair"):
-        split_keys(a, b, 1, 0.34, 40, 2)
+        split_keys(a, b, 1, 0.34, 40)
 
 
 def test_maps_between_two_families_and_the_swap_rows(pair):
@@ -174,8 +174,8 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
         "receiver": {"address": (0, 1), "encode_address": (0, 3)},
         "donor": {"address": (3, 4), "encode_address": (0, 4)},
     }
-    split = split_keys(recv, donor, 1, 0.34, 4, 2)
-    fit = split_prompts(split, 0, 40, 4, "chat", 2, "fit")
+    split = split_keys(recv, donor, 1, 0.34, 4)
+    fit = split_prompts(split, 0, 40, 4, "chat", "fit")
     data_r, data_d = collect(recv, fit, spans["receiver"]), collect(donor, fit, spans["donor"])
     # The stream entering layer 0 is the embedding: the store holds it for every token.
     (ids,), _ = recv.tokenize([fit[0].text])
@@ -210,8 +210,8 @@ def test_maps_between_two_families_and_the_swap_rows(pair):
         fit_maps(*few, spans["receiver"], spans["donor"], (1e-2, 1))
     assert maps["address.in"].weight.shape == (recv.d_model, donor.d_model)
     assert {maps[f"address.out.{role}"].weight.shape for role in TOKEN_ROLES} == {(donor.d_model, recv.d_model)}
-    test = split_prompts(split, 1, 10, 4, "chat", 2, "test")
-    rows = swap_rows(recv, donor, spans, maps, means, donor_host(test, 1, 2), 1)
+    test = split_prompts(split, 1, 10, 4, "chat", "test")
+    rows = swap_rows(recv, donor, spans, maps, means, donor_host(test, 1), 1)
     intact = {r["item"]: r for r in rows if r["condition"] == "intact" and r["transfer"] == "address"}
     logits = recv.model(recv.encode([test[0].text])[0]).logits[0, -1]
     answer = recv.token_id(language_forms(2)[test[0].language][test[0].pairs[test[0].query][1]])
@@ -253,15 +253,15 @@ def test_self_stitch_through_fitted_maps_restores_the_intact_model(saved_models)
     through them gives the intact model's answers: the fitting, alignment and swap plumbing end to end."""
     recv, donor = load_model(saved_models["qwen3_5"]), load_model(saved_models["qwen3_5"])
     spans = {"address": (0, 1), "encode_address": (0, 3)}
-    split = split_keys(recv, donor, 1, 0.34, 4, 2)
-    fit = split_prompts(split, 0, 64, 4, "chat", 2, "fit")  # more final positions than dimensions (32)
+    split = split_keys(recv, donor, 1, 0.34, 4)
+    fit = split_prompts(split, 0, 64, 4, "chat", "fit")  # more final positions than dimensions (32)
     maps, means, _ = fit_maps(collect(recv, fit, spans), collect(donor, fit, spans), spans, spans, (1e-4, 1))
     assert all(m.r2 > 0.999 for m in maps.values())
-    test = split_prompts(split, 1, 8, 4, "chat", 2, "test")
+    test = split_prompts(split, 1, 8, 4, "chat", "test")
     # The identity holds on keys the maps never saw as well.
     test_r, test_d = collect(recv, test, spans), collect(donor, test, spans)
     assert all(r2 > 0.999 for r2 in map_scores(maps, test_r, test_d, spans, spans).values())
-    rows = swap_rows(recv, donor, {"receiver": spans, "donor": spans}, maps, means, donor_host(test, 1, 2), 1)
+    rows = swap_rows(recv, donor, {"receiver": spans, "donor": spans}, maps, means, donor_host(test, 1), 1)
     got = {(r["transfer"], r["condition"], r["item"]): r for r in rows}
     for i in range(len(test)):
         assert got[("address", "stitched", i)]["correct"] == got[("address", "intact", i)]["correct"]

@@ -110,7 +110,7 @@ def test_qwen_checkpoint_keeps_the_wrapper_weight_names_experts_and_the_real_tem
 
 def test_real_qwen_template_frames_the_papers_prompt_and_spans_point_into_the_turns(built):
     hm = load_model(built("Qwen__Qwen3.5-0.8B")[0])
-    (p,), counts = prompt_set(hm, {"format": "chat", "n_pairs": 8, "n": 1, "seed": 3}, 2)
+    (p,), counts = prompt_set(hm, {"format": "chat", "n_pairs": 8, "n": 1, "seed": 3})
     assert p.framing == "paper" and counts["languages"] == 1
     text, _ = hm.render(turns(p))
     assert text == (

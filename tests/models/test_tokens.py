@@ -36,17 +36,17 @@ def test_a_word_a_word_level_tokenizer_does_not_hold_is_refused(tokenizer):
 def test_prompt_set_keeps_every_word_for_the_toy_tokenizer_and_a_subset_for_bpe(tokenizer, bpe):
     task = {"format": "chat", "n_pairs": 4, "n": 20, "seed": 3}
     toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 32, "LLA", heads=2), tokenizer)
-    prompts, counts = prompt_set(toy, task, 2)
+    prompts, counts = prompt_set(toy, task)
     assert prompts == make_prompts(3, 20, 4, "chat", 2)
     assert counts == {"keys": len(KEYS), "values": len(VALUES), "languages": 2}
     hm = HybridModel(build_toy_model("qwen3_5", len(bpe), 32, "LLA", heads=2), bpe)
-    prompts, counts = prompt_set(hm, task, 2)
+    prompts, counts = prompt_set(hm, task)
     assert counts["values"] < len(VALUES) and counts["keys"] <= len(KEYS)  # this BPE splits some words
     for p in prompts:
         words = [p.text[slice(*span)] for name, span in p.spans.items() if name.startswith(("key", "value"))]
         assert all(len(bpe(" " + w, add_special_tokens=False)["input_ids"]) == 1 for w in words)
     with pytest.raises(ValueError, match=r"single-token words .* too few for 64-pair") as refused:
-        prompt_set(hm, task | {"n_pairs": 64}, 2)
+        prompt_set(hm, task | {"n_pairs": 64})
     said = ast.literal_eval(re.search(r"single-token words (\{.*?\})", str(refused.value)).group(1))
     assert said["languages"] == 0 and counts["values"] <= said["values"] < len(VALUES)  # kept, not listed
 
@@ -63,7 +63,7 @@ def test_chat_template_renders_the_turns_and_spans_still_find_their_tokens(bpe, 
     chat = copy.deepcopy(bpe)
     chat.chat_template = TEMPLATE
     hm = HybridModel(build_toy_model("qwen3_5", len(chat), 32, "LLA", heads=2), chat)
-    (p,), _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 1, "seed": 1, "framing": "toy"}, 1)
+    (p,), _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 1, "seed": 1, "framing": "toy"})
     system = Turns(p.text, system="Be brief.", prefill="Answer:")
     text, pieces = hm.render(system)
     head = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"

@@ -147,10 +147,10 @@ def test_the_registry_gives_a_configured_tasks_items_and_counts(hm, tmp_path):
     import hybridlens.tasks.items  # noqa: F401  (the submodule beside the registry's function)
 
     mine = tasks.settings("mine", {"file": EXAMPLE})
-    items, counts = tasks.items_of(hm, mine, 2)
+    items, counts = tasks.items_of(hm, mine)
     assert [it.name for it in items] == ["grape", "otter", "prefilled", "raw"]
     assert counts == {"items": 4, "donor": 4, "corrupt": 1, "swap": 0}
-    prompts, counts = tasks.items_of(hm, tasks.settings("chat4", {"n_pairs": 4, "n": 3}), 2)
+    prompts, counts = tasks.items_of(hm, tasks.settings("chat4", {"n_pairs": 4, "n": 3}))
     assert len(prompts) == 3 and prompts[0].framing == "toy" and counts["languages"] == 2
 
 

@@ -64,7 +64,7 @@ def test_a_chat_model_reads_the_papers_text_in_its_template(hm, fmt, user, prefi
 
 @pytest.mark.parametrize("fmt", ["chat", "list", "rev", "perm"])
 def test_clean_and_corrupt_differ_at_exactly_the_two_value_tokens(hm, fmt):
-    prompts, counts = prompt_set(hm, {"format": fmt, "n_pairs": 6, "n": 24, "seed": 2}, 2)
+    prompts, counts = prompt_set(hm, {"format": fmt, "n_pairs": 6, "n": 24, "seed": 2})
     assert counts == {"keys": counts["keys"], "values": counts["values"], "languages": 1}
     assert len({len(ids) for ids in hm.tokenize([turns(p) for p in prompts])[0]}) == 1  # one length: full batches
     for clean, corrupt in clean_corrupt_pairs(prompts, 0):
@@ -80,7 +80,7 @@ def test_clean_and_corrupt_differ_at_exactly_the_two_value_tokens(hm, fmt):
 
 
 def test_donor_and_host_differ_only_in_the_asked_key(hm):
-    prompts, _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 12, "seed": 5}, 2)
+    prompts, _ = prompt_set(hm, {"format": "chat", "n_pairs": 4, "n": 12, "seed": 5})
     for donor, host in donor_host_pairs(prompts, 1):
         d, h = encode(hm, [donor]), encode(hm, [host])
         differ = (d.ids != h.ids)[0].nonzero().flatten().tolist()
@@ -103,13 +103,13 @@ def test_spans_cover_every_token_of_a_word_the_tokenizer_splits(hm):
 def test_too_few_single_token_words_are_refused_in_one_line(hm):
     _, values = in_context_words(hm, "chat")
     with pytest.raises(ValueError, match=rf"{len(values)} values are single tokens where they stand in format chat"):
-        prompt_set(hm, {"format": "chat", "n_pairs": len(values) + 1, "n": 2, "seed": 0}, 2)
+        prompt_set(hm, {"format": "chat", "n_pairs": len(values) + 1, "n": 2, "seed": 0})
 
 
 def test_long_puts_filler_text_before_the_dictionary(hm, tmp_path):
     words = {w.strip(".,").lower() for s in FILLER for w in s.split()}
     assert not words & (set(KEYS) | set(VALUES))  # the filler names no key and no value
-    prompts, _ = prompt_set(hm, {"format": "long", "n_pairs": 4, "n": 6, "seed": 1, "filler_words": 80}, 2)
+    prompts, _ = prompt_set(hm, {"format": "long", "n_pairs": 4, "n": 6, "seed": 1, "filler_words": 80})
     filler = prompts[0].filler
     assert len(filler.split()) >= 80 and all(p.filler == filler and p.text.startswith(filler) for p in prompts)
     assert len({len(ids) for ids in hm.tokenize([turns(p) for p in prompts])[0]}) == 1
@@ -122,18 +122,18 @@ def test_long_puts_filler_text_before_the_dictionary(hm, tmp_path):
     with pytest.raises(ValueError, match="filler file .* is empty"):
         filler_text(4, path=own)
     with pytest.raises(ValueError, match="format long needs filler text"):
-        prompt_set(hm, {"format": "long", "n_pairs": 4, "n": 1, "seed": 1, "filler_words": 0}, 2)
+        prompt_set(hm, {"format": "long", "n_pairs": 4, "n": 1, "seed": 1, "filler_words": 0})
 
 
 def test_a_format_without_a_paper_framing_is_refused_in_one_line(hm):
     with pytest.raises(ValueError, match="format 'translate' has no paper framing; use one of"):
-        prompt_set(hm, {"format": "translate", "n_pairs": 4, "n": 1, "seed": 1}, 2)
-    toy = prompt_set(hm, {"format": "translate", "n_pairs": 2, "n": 1, "seed": 1, "framing": "toy"}, 1)[0][0]
+        prompt_set(hm, {"format": "translate", "n_pairs": 4, "n": 1, "seed": 1})
+    toy = prompt_set(hm, {"format": "translate", "n_pairs": 2, "n": 1, "seed": 1, "framing": "toy"})[0][0]
     assert toy.framing == "toy" and toy.prefill == "" and toy.lead == " "
 
 
 def test_the_circuit_localizes_and_transplants_on_the_real_tokenizer_in_full_batches(hm):
-    items = triples(hm, 1, 8, 4, "chat", 2)
+    items = triples(hm, 1, 8, 4, "chat")
     assert all(t.host.framing == "paper" for t in items)
     circuit, _, _ = localize(hm, [t.host for t in items])
     checks = {}

@@ -32,7 +32,7 @@ def test_eval_json_matches_a_fresh_evaluation(run1):
     for name in MODELS:
         saved = json.loads((run1 / f"results/models/{name}/eval.json").read_text())
         hm = load_model(run1 / f"results/models/{name}")
-        fresh = evaluate_model(hm, 9001, config["zoo"]["eval_n"], config["zoo"]["eval_pairs"], 2)
+        fresh = evaluate_model(hm, 9001, config["zoo"]["eval_n"], config["zoo"]["eval_pairs"])
         assert saved["rows"] == fresh
 
 
@@ -92,9 +92,9 @@ def test_split_prefill_tables(run1):
     try:
         hm = load_model(run1 / "results/models/qwen_tiny")
         spec = tasks.settings("split_prefill", {"kind": "style", "n": cfg["n"], "n_pairs": cfg["n_pairs"]}, "here")
-        lexicon = tasks.module("style").lexicon(hm, spec, 2)
+        lexicon = tasks.module("style").lexicon(hm, spec)
         assert lexicon.kind == "toy"  # the toys keep their own devices
-        direct = run_items(hm, tasks.items_of(hm, spec | {"seed": 1}, 2)[0], 3, lexicon, seed=1)
+        direct = run_items(hm, tasks.items_of(hm, spec | {"seed": 1})[0], 3, lexicon, seed=1)
     finally:
         torch.set_num_threads(threads)
     styles = {"language_of_a": str, "identified_language": str}  # toy languages are named by their index
@@ -716,3 +716,14 @@ def test_the_scale_sweep_runs_on_a_users_items_and_refuses_one_without_its_entri
     res = snakemake(cwd, "-n")
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "mine.jsonl:4: the donor's answer 'fire' is not among the choices" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("HYBRIDLENS_SLOW"), reason="a whole study's run (minutes): HYBRIDLENS_SLOW=1")
+def test_the_language_study_trains_its_toy_and_writes_its_findings_from_its_tables(tmp_path):
+    """The study under 15 minutes on two cores, run whole: training, the experiments, and findings.md."""
+    cwd = workdir(tmp_path)
+    res = snakemake(cwd, "--workflow-profile", "profiles/local", configfile="studies/language-in-the-state/config.yaml")
+    assert res.returncode == 0, res.stderr[-3000:]
+    findings = (cwd / "studies/language-in-the-state/findings.md").read_text()
+    assert "{{" not in findings and len(re.findall(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", findings)) >= 6

@@ -43,7 +43,7 @@ def test_a_shipped_toy_loads_and_still_clears_its_gate_on_held_out_prompts(name)
     hm = load_model(directory, family=CONFIG["models"][name]["family"])  # checks the manifest first
     shipped = json.loads((directory / "eval.json").read_text())
     n_pairs = shipped["rows"][0]["n_pairs"]
-    chat = evaluate_model(hm, seed=9001, n=32, n_pairs=n_pairs, n_languages=2, formats=("chat",))[0]
+    chat = evaluate_model(hm, seed=9001, n=32, n_pairs=n_pairs, formats=("chat",))[0]
     assert chat["retrieval"] >= shipped["gate"], (name, chat)
 
 
@@ -67,10 +67,10 @@ checks = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torc
 for name, directory, family in json.loads(sys.argv[1]):
     hm = load_model(directory, family=family)
     settings = {"n_pairs": 8, "format": "chat", "localize_seed": 0, "localize_n": 16, "reader": "any"}
-    circuit = localize_reference(hm, settings, 2)[0]
+    circuit = localize_reference(hm, settings)[0]
     found = {}
     if circuit["address"]["group"] is not None:
-        transplant_all(hm, triples(hm, 1, 12, 8, "chat", 2), circuit, batch_size=12, checks=found)
+        transplant_all(hm, triples(hm, 1, 12, 8, "chat"), circuit, batch_size=12, checks=found)
     checks[name] = {k: (c.max_abs_diff, c.ulps, c.n) for k, c in found.items()}
 print(json.dumps(checks))
 """

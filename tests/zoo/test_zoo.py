@@ -681,7 +681,7 @@ def test_a_fused_toy_holds_the_fused_words_and_scores_the_persona_of_its_answer_
     assert hm.tokenizer.get_vocab() == build_tokenizer(2, fused=True).get_vocab()
     [row] = evaluate_model(hm, seed=5, n=32, n_pairs=4, formats=[fmt])
     # the reference: the greedy answer word read back as (concept, language, persona)
-    prompts = held_out_prompts(hm, 5, 32, 4, fmt, 2)
+    prompts = held_out_prompts(hm, 5, 32, 4, fmt)
     tokens, _ = greedy(hm, hm.encode([p.text for p in prompts])[0], 2)
     meaning = fused_words(2)
     got = [meaning.get(w, (None,) * 3) for w in hm.tokenizer.convert_ids_to_tokens(tokens[:, 0].tolist())]
@@ -831,15 +831,15 @@ def test_a_toy_spec_trains_on_more_keys_and_only_its_tokenizer_holds_them(tmp_pa
     hm = load_model(tmp_path)
     vocab, default = hm.tokenizer.get_vocab(), tokenizer.get_vocab()
     assert {w: vocab[w] for w in default} == default and len(vocab) == len(default) + 38
-    assert vocabulary(hm, 8, 2)[0] == KEYS + EXTRA_KEYS[:38] == key_words(100)
+    assert vocabulary(hm, 8)[0] == KEYS + EXTRA_KEYS[:38] == key_words(100)
     for other in (tokenizer, bpe):
         small = HybridModel(build_toy_model("qwen3_5", len(other), 16, "LA", heads=2), other)
-        assert not set(vocabulary(small, 4, 1)[0]) & set(EXTRA_KEYS)
+        assert not set(vocabulary(small, 4)[0]) & set(EXTRA_KEYS)
     # The gate's held-out prompts draw from the model's keys, and a default toy's are the old ones.
-    asked = {k for p in held_out_prompts(hm, 5, 16, 8, "chat", 2) for k, _ in p.pairs}
+    asked = {k for p in held_out_prompts(hm, 5, 16, 8, "chat") for k, _ in p.pairs}
     assert asked & set(EXTRA_KEYS) and asked <= set(key_words(100))
     toy = HybridModel(build_toy_model("qwen3_5", len(tokenizer), 16, "LA", heads=2), tokenizer)
-    assert held_out_prompts(toy, 5, 16, 8, "chat", 2) == make_prompts(5, 16, 8, "chat", 2)
+    assert held_out_prompts(toy, 5, 16, 8, "chat") == make_prompts(5, 16, 8, "chat", 2)
     with pytest.raises(ValueError, match="toy keys 2000: there are 1062 key words"):
         key_words(2000)
 
@@ -870,3 +870,23 @@ def test_the_toy_spec_defaults_are_the_schemas_and_every_toy_key_is_a_field():
     assert (spec.steps, spec.lr, spec.done, spec.parent) == (5, 0.1, defaults["done"], "p")
     with pytest.raises(UserError, match="unknown keys stepz"):
         ToySpec.of({"hidden_size": 8, "layout": "LA", "stepz": 5})
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_toys_languages_are_read_from_its_checkpoint(tmp_path, n):
+    """No call passes a toy's number of languages: its tokenizer holds every form of each, and says so."""
+    spec = {"hidden_size": 16, "layout": "LA", "heads": 2, "steps": 1, "formats": ["chat"]}
+    train_and_save("qwen3_5", spec, ZOO | {"n_languages": n}, tmp_path, False)
+    hm = load_model(tmp_path)
+    assert hm.n_languages == n
+    assert {p.language for p in held_out_prompts(hm, 5, 64, 4, "chat")} == set(range(n))
+
+
+def test_a_real_tokenizer_holds_no_toy_language_and_reads_the_default_two():
+    from hybridlens.models.real_tokenizer import qwen_tokenizer
+    from hybridlens.tasks.vocab import DEFAULT_LANGUAGES, toy_languages
+
+    assert toy_languages(qwen_tokenizer().get_vocab()) == 0 and DEFAULT_LANGUAGES == 2
+    assert (
+        toy_languages(build_tokenizer(3).get_vocab()) == 3 == toy_languages(build_tokenizer(3, 100, True).get_vocab())
+    )

@@ -6,6 +6,7 @@ dictionary (A sits at another entry with another value), so a transplant from it
 moves is the *identity* of A, not a position.
 
 localize       group ablation (zero / mean), reader search, Encode and Address blocks, with evidence
+localization_row  one row of the localization table: what localize found in a circuit (circuit.json)
 reference_task      the dictionary task of a config section's reference prompt set
 localize_reference  localize on a config section's reference prompt set
 transplant     query transplant (Address-block writes at a position set) and state transplant, per item
@@ -47,10 +48,10 @@ def reference_task(settings: dict) -> dict:
     return task_settings("reference", reference)
 
 
-def localize_reference(hm, settings: dict, n_languages: int):
+def localize_reference(hm, settings: dict):
     """localize() on the reference prompt set a circuit or scale section names (localize_seed, localize_n);
     the circuit's "task" records the prompts' format and framing and the single-token words kept."""
-    prompts, counts = items_of(hm, reference_task(settings), n_languages)
+    prompts, counts = items_of(hm, reference_task(settings))
     circuit, ablation, readers = localize(hm, prompts, search=settings.get("reader", "any"))
     # the words this tokenizer keeps as single tokens, and how the prompts were rendered
     circuit["task"] = {"format": settings["format"], "framing": prompts[0].framing, **counts}
@@ -126,6 +127,23 @@ def localize(hm, prompts, distractor_seed: int = 0, search: str = "any"):
         ablation,
         readers,
     )
+
+
+def localization_row(circuit: dict) -> dict:
+    """The intact model, the Encode and Address groups and the reader of a localized circuit, as one row
+    (the Address group is empty where no group before the reader collapses its attention)."""
+    address, reader = circuit["address"]["group"], circuit["reader"]
+    return {
+        "intact_accuracy": circuit["intact"]["accuracy"],
+        "n": circuit["intact"]["n"],
+        "encode_group": circuit["encode"]["group"],
+        "encode_layers": circuit["encode"]["layers"],
+        "address_group": "" if address is None else address,
+        "address_layers": circuit["address"]["layers"] if address is not None else "",
+        "reader_layer": reader["layer"],
+        "reader_head": reader["head"],
+        "reader_attention": reader["evidence"]["attention_to_target"],
+    }
 
 
 def _ablation_row(gi, group, mode, acc, d, intact_acc):

@@ -292,6 +292,15 @@ class HybridModel:
 
     # --- text ------------------------------------------------------------------------------------
     @functools.cached_property
+    def n_languages(self) -> int:
+        """The toy languages this model's tokenizer holds (tasks.vocab.toy_languages): a toy's tokenizer is built
+        with every form of every language it trains on, so this is a fact of the checkpoint, read from it. Any
+        other tokenizer reads real text, whose style tasks keep the default two."""
+        from hybridlens.tasks.vocab import DEFAULT_LANGUAGES, toy_languages
+
+        return max(toy_languages(self.tokenizer.get_vocab()), DEFAULT_LANGUAGES)
+
+    @functools.cached_property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 

@@ -66,8 +66,7 @@ def init_convolutions(model):
     """PyTorch's default init for the linear mixers' short convolutions, as mamba_ssm and fla leave them.
 
     transformers draws them from N(0, 0.02): Mamba-2's x, B and C all pass through the conv, so its
-    state read-out starts ~1e-4 below the D skip and gets no gradient (measured here: a Granite toy
-    stayed at chance on 4-pair retrieval for 500 steps).
+    state read-out starts far below the D skip and gets almost no gradient, and a toy stays at chance.
     """
     for module in model.modules():
         if isinstance(module, torch.nn.Conv1d):
@@ -79,9 +78,8 @@ def init_time_steps(model, seed: int = 0, dt_min: float = 1e-3, dt_max: float = 
     """Set every linear mixer's `dt_bias` so softplus(dt_bias) = dt, dt log-uniform in [dt_min, dt_max].
 
     This is the Mamba / Gated DeltaNet papers' initialisation (fla and mamba_ssm use it). transformers'
-    `_init_weights` sets dt_bias = 1 instead, so every head forgets within a few tokens: measured here,
-    a 4-layer Qwen3.5 toy then sat at chance on 4-pair retrieval for 600 steps; with this init it
-    reached 0.98 in 350.
+    `_init_weights` sets dt_bias = 1 instead, so every head forgets within a few tokens and a toy sits at
+    chance for long before any binding forms.
     """
     gen = torch.Generator().manual_seed(seed)
     for name, param in model.named_parameters():
@@ -99,7 +97,7 @@ def share_embedding(model, seed: int, dim: int):
     Toys built with the same (seed, dim) then embed every token, held-out keys included, as exact linear
     images of each other, which toys trained apart never do; stitching maps fitted on some keys can carry
     the others. Rows have unit norm: tied toys freeze their unembedding with it, and at transformers'
-    N(0, 0.02) scale a Granite toy sat on two pairs for 4500 steps (it bound within ~1300 at unit norm).
+    N(0, 0.02) scale the frozen logits are too flat for a toy to bind keys to values in reasonable time.
     """
     weight = model.get_input_embeddings().weight
     vocab, hidden = weight.shape

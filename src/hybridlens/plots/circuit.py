@@ -29,11 +29,12 @@ def label(kind, block, donor, positions):
     return what + where + (" other dict" if donor == "other_dict" else "")
 
 
-def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFrame, path):
-    models = list(circuits)
+def plot_circuit(localization: pd.DataFrame, ablation: pd.DataFrame, transplant: pd.DataFrame, path):
+    """The circuit figure from its tables (circuit_localization, circuit_ablation, circuit_transplant)."""
+    models = list(localization["model"])
     fig, panels = model_panels(len(models), rows=2, width=4.0, height=3.3)
     for col, model in enumerate(models):
-        c = circuits[model]
+        c = localization.set_index("model").loc[model]
         ax = panels[col][0]
         a = ablation[ablation["model"] == model]
         groups = list(dict.fromkeys(a["layers"].astype(str)))
@@ -43,14 +44,14 @@ def plot_circuit(circuits: dict, ablation: pd.DataFrame, transplant: pd.DataFram
             at = x + (j - 0.5) * 0.4
             ax.bar(at, m["accuracy"], 0.4, color=CONDITION_COLORS[mode], label=f"{mode}-ablated")
             interval(ax, at, m["accuracy"], m["accuracy_lo"], m["accuracy_hi"])
-        ax.axhline(c["intact"]["accuracy"], color=CONDITION_COLORS["intact"], lw=0.8, ls="--", label="intact")
+        ax.axhline(c["intact_accuracy"], color=CONDITION_COLORS["intact"], lw=0.8, ls="--", label="intact")
         ax.set_xticks(x, [f"G{i}\nL{g}" for i, g in enumerate(groups)])
         ax.set_ylim(0, 1.05)
-        enc, adr, rd = c["encode"], c["address"], c["reader"]
-        address = "none before the reader" if adr["group"] is None else f"G{adr['group']}"
-        title = f"{model}\nEncode G{enc['group']}, Address {address}, reader L{rd['layer']}.h{rd['head']}"
-        if c["intact"]["accuracy"] < WEAK:  # a model that does not retrieve has no circuit to find
-            title += "\n" + weak_note(c["intact"]["accuracy"])
+        address = "none before the reader" if pd.isna(c["address_group"]) else f"G{int(c['address_group'])}"
+        reader = f"L{c['reader_layer']}.h{c['reader_head']}"
+        title = f"{model}\nEncode G{c['encode_group']}, Address {address}, reader {reader}"
+        if c["intact_accuracy"] < WEAK:  # a model that does not retrieve has no circuit to find
+            title += "\n" + weak_note(c["intact_accuracy"])
         ax.set_title(title)
         ax.set_ylabel("retrieval accuracy")
         ax = panels[col][1]

@@ -3,7 +3,8 @@ families. The experiments see items (tasks.items) and token positions; the workf
 configured task's settings (at parse time, without torch) and its items.
 
 TASKS     kind -> the module that makes its items: DEFAULTS (its config keys; None = required),
-          check(settings, where) and items(hm, settings, n_languages) -> (items, counts)
+          check(settings, where) and items(hm, settings) -> (items, counts); the model says how many
+          toy languages it has (HybridModel.n_languages)
           (a task that one experiment owns, like split-prefill's style, names its config SECTION)
 kind_of   a config task's kind: `kind`, else jsonl where it names a `file`, else dictionary
 settings  a config task with its kind's defaults, checked; a key of another kind is refused in one line
@@ -65,23 +66,23 @@ def require_partner(spec: dict, partner: str, who: str) -> None:
             raise ValueError(f"{item.name}: field {partner!r} is missing; {who} needs it on every line")
 
 
-def items_of(hm, spec: dict, n_languages: int):
+def items_of(hm, spec: dict):
     """(items, counts) of a config task (settings()) for one model."""
-    return module(kind_of(spec)).items(hm, spec, n_languages)
+    return module(kind_of(spec)).items(hm, spec)
 
 
-def triples_of(hm, spec: dict, n_languages: int):
+def triples_of(hm, spec: dict):
     """The circuit's triples (tasks.items.Triple) of a config task whose kind makes them."""
     task = module(kind_of(spec))
     if not hasattr(task, "triples"):
         raise ValueError(f"a {kind_of(spec)} task makes no (donor, host, other) triples; use a dictionary task")
-    return task.triples(hm, spec, n_languages)
+    return task.triples(hm, spec)
 
 
-def triples(hm, seed: int, n: int, n_pairs: int, fmt: str = "chat", n_languages: int = 2, framing: str = "auto"):
+def triples(hm, seed: int, n: int, n_pairs: int, fmt: str = "chat", framing: str = "auto"):
     """The dictionary task's circuit triples from its settings: a notebook's and the workflow's shorthand."""
     spec = {"kind": "dictionary", "seed": seed, "n": n, "n_pairs": n_pairs, "format": fmt, "framing": framing}
-    return triples_of(hm, settings("triples", spec), n_languages)
+    return triples_of(hm, settings("triples", spec))
 
 
 def check_user_items(spec: dict, who: str, like: dict | None = None) -> None:

@@ -47,13 +47,13 @@ def check(spec: dict, where: str) -> None:
             )
 
 
-def items(hm, spec: dict, n_languages: int):
+def items(hm, spec: dict):
     from hybridlens.tasks.prompt_sets import prompt_set
 
-    return prompt_set(hm, spec, n_languages)
+    return prompt_set(hm, spec)
 
 
-def triples(hm, spec: dict, n_languages: int):
+def triples(hm, spec: dict):
     """spec["n"] triples seeded by spec["seed"] over the words that are single tokens for hm's tokenizer, in
     the spec's framing (auto: the paper's for a model with a chat template, prompt_sets.framing)."""
     from hybridlens.tasks.items import Triple
@@ -62,7 +62,8 @@ def triples(hm, spec: dict, n_languages: int):
 
     seed, n, n_pairs, fmt = spec["seed"], spec["n"], spec["n_pairs"], spec["format"]
     chosen = framing(hm, spec)
-    keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages, chosen, fmt)
+    n_languages = hm.n_languages
+    keys, values, languages, _ = vocabulary(hm, n_pairs, chosen, fmt)
     rng = random.Random(seed + 104729)
     base = make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values, framing=chosen)
     out = []
@@ -78,13 +79,13 @@ def triples(hm, spec: dict, n_languages: int):
     return out
 
 
-def split_keys(receiver, donor, seed: int, test_fraction: float, n_pairs: int, n_languages: int):
+def split_keys(receiver, donor, seed: int, test_fraction: float, n_pairs: int):
     """(fit keys, test keys, values, languages) over the words both tokenizers keep as single tokens."""
     from hybridlens.tasks.prompt_sets import vocabulary
 
     shared = []
     for hm in (receiver, donor):
-        keys, values, languages, _ = vocabulary(hm, n_pairs, n_languages)
+        keys, values, languages, _ = vocabulary(hm, n_pairs)
         shared.append((set(keys), set(values), set(languages)))
     keys = sorted(shared[0][0] & shared[1][0])
     values = sorted(shared[0][1] & shared[1][1])
@@ -100,23 +101,24 @@ def split_keys(receiver, donor, seed: int, test_fraction: float, n_pairs: int, n
     return fit, test, values, languages
 
 
-def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int, part: str):
+def split_prompts(split, seed: int, n: int, n_pairs: int, fmt: str, part: str):
     from hybridlens.tasks.retrieval import make_prompts
 
     fit, test, values, languages = split
     keys = fit if part == "fit" else test
-    return make_prompts(seed, n, n_pairs, fmt, n_languages, languages, keys=keys, values=values)
+    # A language's forms do not depend on how many are drawn (language_forms), so the split's own suffice.
+    return make_prompts(seed, n, n_pairs, fmt, max(languages) + 1, languages, keys=keys, values=values)
 
 
-def run_prompts(split, seed: int, settings: dict, n_languages: int, part: str):
+def run_prompts(split, seed: int, settings: dict, part: str):
     """The `part` split's prompts of one run seed (config section stitch): n_fit fit prompts, or the n_test
     test prompts every reported number comes from, drawn from another stream than the fit prompts."""
     n, offset = (settings["n_fit"], 0) if part == "fit" else (settings["n_test"], 7919)
-    return split_prompts(split, seed + offset, n, settings["n_pairs"], settings["format"], n_languages, part)
+    return split_prompts(split, seed + offset, n, settings["n_pairs"], settings["format"], part)
 
 
-def donor_host(prompts, seed: int, n_languages: int):
+def donor_host(prompts, seed: int):
     """(donor, host) per prompt: the prompt itself as the donor, and its dictionary asking another key."""
     from hybridlens.tasks.retrieval import donor_host_pairs
 
-    return donor_host_pairs(prompts, seed, n_languages)
+    return donor_host_pairs(prompts, seed, max(p.language for p in prompts) + 1)

@@ -144,7 +144,7 @@ def check(spec: dict, where: str) -> list[Item]:
     return load(spec["file"])
 
 
-def items(hm, spec: dict, n_languages: int):
+def items(hm, spec: dict):
     """(items, counts) of a JSONL task; counts: how many items, and how many carry each partner."""
     loaded = load(spec["file"])
     counts = {"items": len(loaded)} | {p: sum(p in it.partners for it in loaded) for p in PARTNERS}

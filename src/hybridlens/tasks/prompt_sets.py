@@ -19,7 +19,7 @@ def framing(hm, task: dict) -> str:
     return ("paper" if hm.has_chat_template else "toy") if chosen == "auto" else chosen
 
 
-def vocabulary(hm, n_pairs: int, n_languages: int, framing: str = "toy", fmt: str = "chat"):
+def vocabulary(hm, n_pairs: int, framing: str = "toy", fmt: str = "chat"):
     """(keys, value concepts, languages, counts) whose words are single tokens for `hm`'s tokenizer
     (all of them for the toy tokenizer; a subset for real ones); in the paper framing, single tokens where
     they stand in a prompt of `fmt` (in_context_words), in language 0."""
@@ -32,7 +32,7 @@ def vocabulary(hm, n_pairs: int, n_languages: int, framing: str = "toy", fmt: st
                 f"where they stand in format {fmt}, too few for {n_pairs}-pair dictionaries; use fewer pairs"
             )
         return keys, values, [0], counts
-    forms = language_forms(n_languages)
+    forms = language_forms(hm.n_languages)
     keys = hm.single_token_words(KEYS + EXTRA_KEYS)
     languages, values, most = [], list(VALUES), 0
     for i, f in enumerate(forms):  # add a language only while enough concepts stay single tokens in all
@@ -91,11 +91,11 @@ def _in_context_words(hm, fmt):
     return keys, [v for v in VALUES if ok[v, "value"]]
 
 
-def prompt_set(hm, task: dict, n_languages: int):
+def prompt_set(hm, task: dict):
     """(prompts, counts): the task's prompts over single-token keys, value concepts and languages, in the
     task's framing on this model (framing)."""
     n_pairs, fmt, chosen = task["n_pairs"], task["format"], framing(hm, task)
-    keys, values, languages, counts = vocabulary(hm, n_pairs, n_languages, chosen, fmt)
+    keys, values, languages, counts = vocabulary(hm, n_pairs, chosen, fmt)
     filler = ""
     if fmt == "long":
         filler = filler_text(task.get("filler_words", 256), task["seed"], task.get("filler_file") or None)
@@ -104,7 +104,7 @@ def prompt_set(hm, task: dict, n_languages: int):
         task["n"],
         n_pairs,
         fmt,
-        n_languages,
+        hm.n_languages,
         languages,
         keys=keys,
         values=values,

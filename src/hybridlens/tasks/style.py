@@ -84,24 +84,24 @@ def _chosen(spec, key):
     return list(spec.get(key) or text()[key])
 
 
-def lexicon_kind(hm, spec: dict, n_languages: int) -> str:
+def lexicon_kind(hm, spec: dict) -> str:
     """toy where the tokenizer keeps two toy languages' words whole (the toy zoo's), else text."""
     if spec.get("lexicon", "auto") != "auto":
         return spec["lexicon"]
     from hybridlens.tasks.prompt_sets import vocabulary
 
     try:
-        languages = vocabulary(hm, spec["n_pairs"], n_languages)[2]
+        languages = vocabulary(hm, spec["n_pairs"])[2]
     except ValueError:
         return "text"
     return "toy" if len(languages) >= 2 else "text"
 
 
-def items(hm, spec: dict, n_languages: int):
+def items(hm, spec: dict):
     """(items, counts): spec["n"] items seeded by spec["seed"], each with its swap and bare partners."""
     spec = DEFAULTS | spec
-    if lexicon_kind(hm, spec, n_languages) == "toy":
-        return _toy_items(hm, spec, n_languages)
+    if lexicon_kind(hm, spec) == "toy":
+        return _toy_items(hm, spec)
     languages, personas = _chosen(spec, "languages"), _chosen(spec, "personas")
     out = text_items(spec["seed"], spec["n"], spec["n_pairs"], languages, personas)
     return out, {"languages": len(languages), "personas": len(personas), "values": len(text()["concepts"])}
@@ -166,14 +166,15 @@ def render(pairs, query: int, language: str, persona: str, name: str = "") -> St
     )
 
 
-def _toy_items(hm, spec, n_languages):
+def _toy_items(hm, spec):
     """The toy zoo's items: its words, formats, pseudo-languages and personas (tasks.retrieval)."""
     from hybridlens.tasks.prompt_sets import vocabulary
     from hybridlens.tasks.retrieval import make_prompt, make_prompts
     from hybridlens.tasks.vocab import PERSONAS
 
     n_pairs, fmt = spec["n_pairs"], spec["format"]
-    keys, values, languages, counts = vocabulary(hm, n_pairs, n_languages)
+    n_languages = hm.n_languages
+    keys, values, languages, counts = vocabulary(hm, n_pairs)
     if len(languages) < 2 or len(values) < 2 * n_pairs:
         raise ValueError(
             f"tokenizer of {hm.source}: the state-swap needs two toy languages and {2 * n_pairs} single-token "
@@ -261,10 +262,10 @@ def check_items(items, spec: dict, where: str) -> None:
                 )
 
 
-def lexicon(hm, spec: dict, n_languages: int):
+def lexicon(hm, spec: dict):
     spec = DEFAULTS | spec
-    if lexicon_kind(hm, spec, n_languages) == "toy":
-        return ToyLexicon(n_languages, spec["persona_markers"])
+    if lexicon_kind(hm, spec) == "toy":
+        return ToyLexicon(hm.n_languages, spec["persona_markers"])
     return TextLexicon(_chosen(spec, "languages"), spec["persona_markers"])
 
 

@@ -75,6 +75,21 @@ def language_forms(n_languages: int) -> list[dict[str, str]]:
     return forms
 
 
+DEFAULT_LANGUAGES = 2  # a style task's languages where the tokenizer is no toy's (real text)
+MOST_LANGUAGES = 16  # the most a toy tokenizer is looked for
+
+
+def toy_languages(vocab) -> int:
+    """How many toy languages `vocab` holds every form of, in language_forms' order (0 for a real tokenizer):
+    the languages a toy was trained with, as its tokenizer (models.toy.build_tokenizer) holds them all."""
+    n = 0
+    for table in language_forms(MOST_LANGUAGES):
+        if not all(word in vocab for word in table.values()):
+            break
+        n += 1
+    return n
+
+
 def fused_word(form: str, persona: str) -> str:
     """A value's form in one language with the persona's marker joined to it: one token in a toy tokenizer,
     so the persona is produced at the answer position itself, where the value is read."""

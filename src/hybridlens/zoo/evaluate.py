@@ -20,24 +20,25 @@ class GateFailed(UserError):
     """A trained model does not retrieve well enough for the experiments to mean anything."""
 
 
-def held_out_prompts(hm, seed: int, n: int, n_pairs: int, fmt: str, n_languages: int):
+def held_out_prompts(hm, seed: int, n: int, n_pairs: int, fmt: str):
     """Held-out prompts over every key word `hm`'s tokenizer holds as one token: a toy's are the keys it
     was trained on (KEYS, or more with the toy-spec key `keys`)."""
-    return make_prompts(seed, n, n_pairs, fmt, n_languages, keys=vocabulary(hm, n_pairs, n_languages)[0])
+    return make_prompts(seed, n, n_pairs, fmt, hm.n_languages, keys=vocabulary(hm, n_pairs)[0])
 
 
 @torch.no_grad()
-def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, n_languages: int = 2, formats=FORMATS):
+def evaluate_model(hm, seed: int, n: int = 128, n_pairs: int = 8, formats=FORMATS):
     """Greedy two-token answers on held-out prompts, per format.
 
     retrieval: first token is the queried value; language: first token is a value in the context's
     language (any value); persona: second token is the persona's marker (FUSED_FORMATS: the first token
     is a value in the context's persona).
     """
+    n_languages = hm.n_languages
     forms = language_forms(n_languages)
     rows = []
     for fmt in formats:
-        prompts = held_out_prompts(hm, seed, n, n_pairs, fmt, n_languages)
+        prompts = held_out_prompts(hm, seed, n, n_pairs, fmt)
         ids, _ = hm.encode([turns(p) for p in prompts])
         tokens, _ = greedy(hm, ids, 2)
         answer = torch.tensor([hm.token_id(p.answer) for p in prompts])

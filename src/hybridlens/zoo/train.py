@@ -209,7 +209,7 @@ def train_toy(
                     break
             if target is not None and reached is not None and (step - reached) % spec.validate_every == 0:
                 model.eval()
-                rows = evaluate_model(validator, val_seed, val_n, n_pairs, n_languages, formats)
+                rows = evaluate_model(validator, val_seed, val_n, n_pairs, formats)
                 model.train()
                 curve.append(row | {"validation": min(r["retrieval"] for r in rows)})
                 bar.set_postfix(loss=f"{loss.item():.3f}", validation=f"{curve[-1]['validation']:.3f}")
