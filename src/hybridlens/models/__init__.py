@@ -1,1 +1,1 @@
-"""Adapter (the only code that knows families), toy zoo."""
+"""Models: the adapter (the only code that knows families), the families, toy and real-shape builders, HLA."""
