@@ -226,11 +226,10 @@ def plan_run(config: dict, main_process: bool = True) -> RunPlan:
     pairs = _stitch_pairs(config)
     runs_on["stitch"] = list(dict.fromkeys(m for pair in pairs for m in pair))
     toys = [m for m in models if "toy" in _source(models[m])]
-    for section in ("circuit", "split_prefill", "scale", "stitch"):
-        key = "pairs" if section == "stitch" else "models"
-        toy_formats = {m: ToySpec.of(_source(models[m])["toy"], config["zoo"]).formats for m in toys}
-        trained = {m: toy_formats[m] for m in runs_on[section] if m in toys}
-        check_trained_format(section, key, config[section]["format"], trained)
+    formats = {m: ToySpec.of(_source(models[m])["toy"], config["zoo"]).formats for m in toys}
+    for section in ("circuit", "split_prefill", "scale", "stitch"):  # a toy is asked in a format it trained on
+        trained = {m: formats[m] for m in runs_on[section] if m in toys}
+        check_trained_format(section, "pairs" if section == "stitch" else "models", config[section]["format"], trained)
     for name in config["circuit"]["tasks"]:
         if name not in config["tasks"]:
             raise UserError(f"config circuit.tasks: {name!r} is not under tasks: ({sorted(config['tasks'])})")
