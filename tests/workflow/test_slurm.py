@@ -98,9 +98,9 @@ def test_job_over_its_memory_request_is_reported_with_its_slurm_log(slurm_runs):
 def test_rerun_resumes_without_redoing_finished_jobs(slurm_runs):
     cwd, _, second, trained = slurm_runs
     assert second.returncode == 0, second.stderr[-3000:]
-    # Only qwen_tiny's extraction (killed the first time) and the figure that reads it; no training, and not
+    # Only qwen_tiny's extraction (killed the first time) and the table that reads it; no training, and not
     # granite_tiny's split-prefill, which finished under keep-going.
-    assert rules_run(second) == {"extract_activations", "extract_tables", "plot_logit_lens"}
+    assert rules_run(second) == {"extract_activations", "extract_tables"}
     assert trained and trained == {p: p.stat().st_mtime_ns for p in trained}
 
 
