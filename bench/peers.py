@@ -8,7 +8,8 @@ hybridlens's result; a workload a peer cannot express is said so. Not a test.
 
 Models: the shipped toy zoo/qwen_toy and a ~100 M-parameter Qwen3.5 shape (12 layers, 3 Gated DeltaNet : 1
 attention, width 768), random weights, each loaded once per tool from the same files.
-Workloads, each on the same token ids for every tool, under torch.no_grad:
+Workloads, each on the same token ids for every tool, under torch.no_grad, every tool computing the logits of
+the last position only (logits_to_keep=1), as hybridlens does:
   capture     every layer's residual (layer output) and mixer output, all positions, kept in memory
   capture+disk  the same, then written to one file (torch.save, the same writer for every tool)
   transplant  the Address block's (group 0's) mixer writes at the final position, donor -> host, --pairs pairs
@@ -81,7 +82,7 @@ class NNsight(Tool):
     def capture(self, ids):
         mixers = [self._module(m) for m in self.mixers]
         layers = [self._module(layer) for layer in self.hm.layers]
-        with self.nn.trace(ids):
+        with self.nn.trace(ids, logits_to_keep=1):
             out = self.save({})
             for i, (mixer, layer) in enumerate(zip(mixers, layers, strict=True)):
                 m = mixer.output
@@ -91,9 +92,9 @@ class NNsight(Tool):
 
     def transplant(self, donors, hosts, layers):
         mixers = [self._module(self.mixers[i]) for i in layers]
-        with self.nn.trace(donors):
+        with self.nn.trace(donors, logits_to_keep=1):
             writes = self.save([m.output[:, -1].clone() for m in mixers])
-        with self.nn.trace(hosts):
+        with self.nn.trace(hosts, logits_to_keep=1):
             for mixer, write in zip(mixers, writes, strict=True):
                 mixer.output[:, -1] = write
             logits = self.nn.output.logits[:, -1].save()
@@ -101,7 +102,7 @@ class NNsight(Tool):
 
     def state(self, ids, next_ids):
         cache = self.hm.new_cache()
-        with self.nn.trace(ids, past_key_values=cache, use_cache=True):
+        with self.nn.trace(ids, past_key_values=cache, use_cache=True, logits_to_keep=1):
             pass
         for i in self.hm.linear_layers():  # the transformers cache, edited by hand: no peer has a state API
             states = cache.layers[i].recurrent_states
@@ -127,12 +128,12 @@ class TransformerLens(Tool):
     def capture(self, ids):
         names = {self._mixer_hook(i): f"layers.{i}.mixer_out" for i in range(self.hm.n_layers)}
         names |= {f"blocks.{i}.hook_out": f"layers.{i}.layer_out" for i in range(self.hm.n_layers)}
-        _, cache = self.bridge.run_with_cache(ids, names_filter=list(names))
+        _, cache = self.bridge.run_with_cache(ids, names_filter=list(names), logits_to_keep=1)
         return {ours: cache[theirs] for theirs, ours in names.items()}
 
     def transplant(self, donors, hosts, layers):
         hooks = [self._mixer_hook(i) for i in layers]
-        _, cache = self.bridge.run_with_cache(donors, names_filter=hooks)
+        _, cache = self.bridge.run_with_cache(donors, names_filter=hooks, logits_to_keep=1)
 
         def write(name):
             def hook(value, hook):
@@ -141,12 +142,12 @@ class TransformerLens(Tool):
 
             return hook
 
-        logits = self.bridge.run_with_hooks(hosts, fwd_hooks=[(h, write(h)) for h in hooks])
+        logits = self.bridge.run_with_hooks(hosts, fwd_hooks=[(h, write(h)) for h in hooks], logits_to_keep=1)
         return logits[:, -1]
 
     def state(self, ids, next_ids):
         cache = self.hm.new_cache()
-        self.bridge(ids, past_key_values=cache, use_cache=True)
+        self.bridge(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         for i in self.hm.linear_layers():
             states = cache.layers[i].recurrent_states
             if states is None or states[0] is None:

@@ -3,17 +3,15 @@
 from hybridlens.runlog import script_log
 
 with script_log(snakemake):
-    from pathlib import Path
-
     import pandas as pd
 
     from hybridlens.plots.hla import length_table, ruler_table
+    from hybridlens.tables import gather
 
     rows = pd.concat([pd.read_csv(f) for f in snakemake.input.evals])
     if snakemake.rule == "hla_adapt_tables":  # one "mode" per phase of each adapted model
         rows["mode"] = rows["mode"] + ":" + rows["phase"]
-        ruler = [pd.read_csv(f).assign(model=Path(f).parent.name) for f in snakemake.input.ruler]
-        ruler = pd.concat(ruler) if ruler else pd.DataFrame()
+        ruler = gather(snakemake.input.ruler) if snakemake.input.ruler else pd.DataFrame()
         columns = ["model", "phase", "task", "length", "score", "prompts"]
         (ruler_table(ruler) if len(ruler) else pd.DataFrame(columns=columns)).to_csv(
             snakemake.output.ruler, sep="\t", index=False
