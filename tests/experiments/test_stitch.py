@@ -10,10 +10,9 @@ from hybridlens.experiments.stitch import (
     CONDITIONS,
     TRANSFERS,
     RidgeMap,
-    _block_edit,
-    _logits,
     _swap,
     align_positions,
+    block_edit,
     blocks,
     collect,
     final_block_writes,
@@ -24,7 +23,8 @@ from hybridlens.experiments.stitch import (
     run_block,
     swap_rows,
 )
-from hybridlens.interventions.hooks import TraceDict
+from hybridlens.interventions.engine import Runner
+from hybridlens.interventions.hooks import Trace, TraceDict
 from hybridlens.models.adapter import HybridModel, load_model
 from hybridlens.models.toy import build_toy_model
 from hybridlens.tasks.dictionary import donor_host, split_keys, split_prompts
@@ -88,7 +88,8 @@ def test_shuffled_map_keeps_the_norm_and_loses_the_directions():
 
 def test_run_block_equals_the_models_own_layers(hm):
     """The donor block run on a given stream reproduces the model's own forward, for blocks with attention
-    (rotary positions, causal mask) and without; position information comes from the model itself."""
+    (rotary positions, causal mask) and without; position information comes from the model itself, and the
+    layers before the block do not run."""
     ids = torch.randint(3, 60, (3, 17))
     n = hm.n_layers
     attention = hm.attention_layers()[-1]
@@ -96,7 +97,9 @@ def test_run_block_equals_the_models_own_layers(hm):
         modules = {"in": hm.layers[first], "out": hm.layers[last]}
         with TraceDict(modules, {"in": {"retain_input": True}}) as t:
             hm.model(ids)
-        got = run_block(hm, first, last, t["in"].input)
+        with Trace(hm.layers[max(first - 1, 0)]) as before:
+            got = run_block(hm, first, last, t["in"].input)
+        assert (before.output is None) == (first > 0)  # the layers before the block do not run
         assert_paths_close(got, t["out"].output)
         if (first, last) == (0, n - 1):
             whole, stream = got, t["in"].input
@@ -145,10 +148,11 @@ def test_the_swap_maps_each_position_by_its_role(hm):
     ids, roles = torch.tensor([ids]), token_roles(p, off)
     keys = torch.tensor([[r == "key" for r in roles]])
     role_ids = torch.tensor([[TOKEN_ROLES.index(r) for r in roles]])
-    swapped = _logits(hm, ids, _block_edit(hm, *span, _swap(twin, span, eye, m_out, role_ids)))
-    removed = _logits(hm, ids, _block_edit(hm, *span, lambda h, out: torch.where(keys[..., None], h, out)))
+    run = Runner(hm, ids)
+    swapped = run.forward(block_edit(run, *span, _swap(twin, span, eye, m_out, role_ids)))[0]
+    removed = run.forward(block_edit(run, *span, lambda h, out: torch.where(keys[..., None], h, out)))[0]
     assert_paths_close(swapped, removed)
-    assert not torch.allclose(removed, _logits(hm, ids), atol=1e-3)
+    assert not torch.allclose(removed, run.forward()[0], atol=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import torch
 import transformers
 
 from hybridlens.interventions.cache import CONDITIONS, cut, greedy, prefill
-from hybridlens.interventions.engine import Runner
+from hybridlens.interventions.engine import Edit, Runner
+from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import WRITE_SITES, load_model
 from hybridlens.models.families import FAMILIES, LETTERS, REFUSED, REGISTRY, UnsupportedModel
@@ -193,6 +194,46 @@ def test_head_ablation_equals_zeroing_that_heads_slice_of_the_output_projection(
         proj.weight = weight
     torch.testing.assert_close(ablated, zeroed, atol=1e-5, rtol=0)
     assert (ablated - intact).abs().max().item() > 1e-5
+
+
+@torch.no_grad()
+def test_a_forward_resumed_at_its_first_edited_layer_is_the_forward_that_runs_every_layer(fm):
+    """Every write site of every layer, the first and the last included, edited at the final position and at a
+    middle one (a shared prefix and a resumed layer combined) and at every position (the layer alone): a second
+    forward resumes at the edited layer from the stream the first one recorded, the layers before it do not
+    run, and it gives the first one's bits; both equal a full forward's logits, captures and attention."""
+    hm, _, _ = fm
+    ids = _ids(hm)
+    fast, full = Runner(hm, ids), Runner(hm, ids, minimal=False)
+    generator = torch.Generator().manual_seed(0)
+    for layer in range(hm.n_layers):
+        read = [a for a in hm.attention_layers() if a >= layer]
+        for name in WRITE_SITES:
+            site = f"layers.{layer}.{name}"
+            values = torch.randn(ids.shape[0], 1, hm.d_model, generator=generator)
+            for edit in (Edit([-1], values), Edit([ids.shape[1] // 2], values), Edit(None, lambda t: 0.5 * t + 0.1)):
+                where = f"{site} at {'every position' if edit.positions is None else f'position {edit.positions}'}"
+                forward = {"edits": {site: edit}, "capture": [site], "capture_at": edit.positions, "attention": read}
+                first = fast.forward(**forward)
+                with Trace(hm.layers[max(layer - 1, 0)]) as before:
+                    again = fast.forward(**forward)
+                assert (before.output is None) == (layer > 0), where
+                assert torch.equal(again[0], first[0]) and torch.equal(again[2][site], first[2][site]), where
+                want = full.forward(**forward)
+                assert_paths_close(again[0], want[0], where)
+                assert_paths_close(again[2][site], want[2][site], where)
+                for a in read:
+                    assert torch.equal(again[1][a], first[1][a]), f"{where}, attention of layer {a}"
+                    assert_paths_close(again[1][a], want[1][a], f"{where}, attention of layer {a}")
+    heads = {hm.attention_layers()[-1]: [0]}  # a head ablation at every position resumes at its layer too
+    assert torch.equal(fast.forward(heads_off=heads)[0], fast.forward(heads_off=heads)[0])
+    assert_paths_close(fast.forward(heads_off=heads)[0], full.forward(heads_off=heads)[0])
+    intact = fast.forward()[0]
+    with Trace(hm.layers[-1]) as after:
+        again = fast.forward()[0]
+    assert after.output is None  # unedited again: no layer runs
+    assert torch.equal(again, intact)
+    assert_paths_close(again, full.forward()[0])
 
 
 @torch.no_grad()

@@ -19,14 +19,17 @@ fit_maps         every map of one direction from two collected stores
 map_scores       each map's R^2 on two other stores (the test split's prompts, keys the maps never saw)
 query_content    what a model's Address write at the final token holds: the queried key, or already its answer
 run_block        a model's own layers first..last on a given stream, with the positions and masks it builds
+block_edit       a Runner's edits that replace a block's write by a function of its input and output
 swap_rows        per-item rows of the three transfers and their controls on test prompts
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from hybridlens.interventions.engine import Edit, Runner
 from hybridlens.interventions.hooks import TraceDict
 from hybridlens.interventions.on_items import answer_tokens, batches_by_length
 from hybridlens.stats import bootstrap
@@ -287,43 +290,28 @@ def query_content(fit, test, span, lambdas, seed: int = 0) -> dict:
 # --- running blocks ------------------------------------------------------------------------------------------
 @torch.no_grad()
 def run_block(hm, first: int, last: int, resid: torch.Tensor) -> torch.Tensor:
-    """hm's layers first..last applied to the stream `resid` [B, T, D]: one forward of the whole model whose
-    stream is replaced at layer `first`'s input and which stops after layer `last`. Every layer gets the
+    """hm's layers first..last applied to the stream `resid` [B, T, D]: a forward of the model resumed at layer
+    `first` with `resid` (the layers before it do not run) that stops after layer `last`. Every layer gets the
     position embeddings, causal mask and (empty) cache the model builds for itself, whatever its kind;
     calling decoder layers one by one would have to rebuild them per family."""
-    embeds = torch.zeros(*resid.shape, dtype=hm.model.dtype, device=hm.device)  # replaced before it is read
+    resid = resid.to(hm.device, hm.model.dtype)
+    embeds = torch.zeros_like(resid)  # the embedding's output is not read: layer `first` reads resid
+    skip = hm.resumed(first, resid) if first else contextlib.nullcontext()
     modules = {"in": hm.layers[first], "out": hm.layers[last]}
-    options = {
-        "in": {"edit_input": lambda t, _name: resid.to(t.device, t.dtype), "retain_output": False},
-        "out": {"stop": True},
-    }
-    with TraceDict(modules, options) as traces:
+    options = {"in": {"edit_input": lambda t, _name: resid, "retain_output": False}, "out": {"stop": True}}
+    with skip, TraceDict(modules, options) as traces:
         hm.model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1)
     return traces["out"].output
 
 
-def _block_edit(hm, first, last, replace):
-    """Modules and options that replace the output of layers first..last by replace(h_in, h_out)."""
-    store = {}
-
-    def keep(t, _name):
-        store["h_in"] = t
-        return t
-
-    modules = {"in": hm.layers[first], "out": hm.layers[last]}
-    options = {
-        "in": {"edit_input": keep, "retain_output": False},
-        "out": {"edit_output": lambda t, _name: replace(store["h_in"], t), "retain_output": False},
-    }
-    return modules, options
-
-
-@torch.no_grad()
-def _logits(hm, ids, edit=None):
-    modules, options = edit if edit else ({}, {})
-    with TraceDict(modules, options):
-        out = hm.model(ids, logits_to_keep=1)
-    return out.logits[:, -1].float()
+def block_edit(run, first: int, last: int, replace, positions=None) -> dict:
+    """Edits of a Runner's batch that replace what layers first..last write by replace(h_in, h_out) at
+    `positions` (None: every position): h_in is the batch's unedited stream entering `first` (no edit comes
+    earlier), h_out the block's output. The forward resumes at layer `last`: the block itself need not run
+    when its output is not read."""
+    h_in = run.forward(capture=[f"layers.{first}.resid_pre"], capture_at=positions, logits=False)[2]
+    h_in = h_in[f"layers.{first}.resid_pre"]
+    return {f"layers.{last}.layer_out": Edit(positions, lambda out: replace(h_in, out))}
 
 
 def _by_role(roles, write):
@@ -346,17 +334,6 @@ def _swap(donor, span, m_in, m_out, roles):
         return (h.float() + write).to(h.dtype)
 
     return replace
-
-
-def _final_edit(hm, span, writes):
-    """Edit that replaces the block's final-token write by `writes` [B, D] (earlier positions untouched)."""
-
-    def replace(h, out):
-        out = out.clone()
-        out[:, -1] = (h[:, -1].float() + writes.to(out.device)).to(out.dtype)
-        return out
-
-    return _block_edit(hm, *span, replace)
 
 
 @torch.no_grad()
@@ -405,7 +382,8 @@ def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size:
                     }
                 )
 
-        intact = _logits(receiver, ids)
+        run = Runner(receiver, ids)
+        intact = run.forward()[0]
         for transfer in TRANSFERS:
             record(transfer, "intact", intact)
         for block in ("address", "encode_address"):
@@ -421,8 +399,7 @@ def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size:
                 "ablated": lambda h, _out: h,
             }
             for condition, replace in conditions.items():
-                edit = _block_edit(receiver, *spans["receiver"][block], replace)
-                record(block, condition, _logits(receiver, ids, edit))
+                record(block, condition, run.forward(block_edit(run, *spans["receiver"][block], replace))[0])
         writes = donor_writes[chunk].to(receiver.device)
         mean = torch.as_tensor(means["address.final"], dtype=torch.float32, device=receiver.device)
         query_map = maps["address.out.final"]
@@ -433,8 +410,10 @@ def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size:
             "ablated": torch.zeros(len(chunk), receiver.d_model, device=receiver.device),
         }
         for condition, new in conditions.items():
-            edit = _final_edit(receiver, spans["receiver"]["address"], new)
-            record("query", condition, _logits(receiver, ids, edit))
+            # The block's final-token write becomes `new`; its earlier positions keep theirs.
+            replace = lambda h, out, new=new: (h.float() + new.to(h.device)[:, None]).to(out.dtype)  # noqa: E731
+            edit = block_edit(run, *spans["receiver"]["address"], replace, positions=[-1])
+            record("query", condition, run.forward(edit)[0])
     return rows
 
 

@@ -7,9 +7,13 @@ hooks are built by patch.site_hook, as patch.run builds them, so an edit means t
 Each forward does only the work its edits and read-outs need. Under causal attention and recurrence an edit
 at position t changes nothing before t, so a forward whose edits and captures all lie at positions >= t
 continues a copy of the batch's cache after its first t tokens, computed once and shared by every such
-forward (t is at most the final position, where logits and attentions are read). A forward that needs no
-logits stops after the last layer it reads, and attention runs eager (which returns weights) only in the
-forwards that read attention, sdpa elsewhere.
+forward (t is at most the final position, where logits and attentions are read). An edit at layer l changes
+nothing before l, so the layers before the first layer a forward edits or reads are not run: they stand
+aside (HybridModel.resumed) for the unedited stream entering l, which earlier forwards of the batch from the
+same position and with the same attention implementation recorded on their way (the layers before their
+own first edit). Resuming thus changes no bit of a forward. A forward that needs no logits stops after the
+last layer it reads, and attention runs eager (which returns weights) only in the forwards that read
+attention, sdpa elsewhere.
 
 Edit          a write-site edit at a position set: values written there, or a function of what is there
 Runner        forwards of one batch: final-position logits, final-position attentions and captures
@@ -18,12 +22,13 @@ attention_to  final-position attentions [B, H, T] summed over per-item positions
 mixer_sites   the mixer_out write sites of a group's layers
 """
 
+import contextlib
 import copy
 from typing import NamedTuple
 
 import torch
 
-from hybridlens.interventions.hooks import TraceDict
+from hybridlens.interventions.hooks import TraceDict, first_tensor
 from hybridlens.interventions.patch import gather, ignore_name, position_index, retained, scatter_at, site_hook
 from hybridlens.models.adapter import parse_site
 
@@ -56,6 +61,7 @@ class Runner:
             raise ValueError(f"token ids of shape {tuple(self.ids.shape)}; give [batch, pos] of one length")
         self.choices = None if choices is None else torch.as_tensor(choices, device=hm.device)
         self._prefixes = {}  # t -> cache after the first t tokens
+        self._streams = {}  # (t, attention implementation) -> unedited stream entering layers 0, 1, .. from t
 
     def index(self, positions):
         """[B, P] indices of a position set in this batch."""
@@ -75,11 +81,56 @@ class Runner:
         cache = self.hm.new_cache()
         with self.hm.attention_implementation("sdpa"), TraceDict(modules, options) as traces:
             self.hm.model(self.ids[:, :t], cache=cache, use_cache=True, logits_to_keep=1)
+        final = self.ids.shape[1] - 1
         # Keep the final position's prefix (every final-position edit continues it) and the latest other one:
         # a large model's recurrent states make each cache as large as the activations of a forward.
-        final = self.ids.shape[1] - 1
         self._prefixes = {k: v for k, v in self._prefixes.items() if k == final} | {t: cache}
         return {site: retained(traces[site]) for site in capture}
+
+    def stream(self, start: int, implementation: str) -> list:
+        """The unedited residual stream [B, T - start, D] entering layers 0, 1, .. (index n_layers: leaving the
+        last) as forwards from `start` with this attention implementation computed it, as far as one has."""
+        return self._streams.get((start, implementation), [])
+
+    @contextlib.contextmanager
+    def _record(self, start: int, implementation: str, upto: int):
+        """Record, during one forward from `start`, the stream entering the layers up to `upto` that the
+        batch's stream does not hold yet. Registered before any edit's hooks, so it sees what enters a layer
+        before an edit there changes it."""
+        key = (start, implementation)
+        # Keep the final position's streams and the latest other one, as the prefixes.
+        final = self.ids.shape[1] - 1
+        self._streams = {k: v for k, v in self._streams.items() if k[0] in (final, start)}
+        parts = self._streams.setdefault(key, [])
+        layers, handles = self.hm.layers, []
+
+        def keep(at):
+            def hook(module, args, kwargs_or_output):
+                if len(parts) == at:
+                    if at < len(layers):
+                        parts.append((args[0] if args else kwargs_or_output["hidden_states"]).detach().clone())
+                    else:
+                        parts.append(first_tensor(kwargs_or_output).detach().clone())
+
+            return hook
+
+        try:
+            for at in range(len(parts), min(upto, len(layers)) + 1):
+                if at < len(layers):
+                    handles.append(layers[at].register_forward_pre_hook(keep(at), with_kwargs=True))
+                else:
+                    handles.append(layers[-1].register_forward_hook(keep(at)))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def first_layer(self, edits, heads_off, heads_off_final, capture, attention):
+        """The first layer any edit or read-out touches (the number of layers if none does)."""
+        if not self.minimal:
+            return 0
+        layers = [parse_site(s).layer for s in [*edits, *capture]] + [*(heads_off or {}), *(heads_off_final or {})]
+        return min(layers + list(attention), default=self.hm.n_layers)
 
     def first_position(self, edits, heads_off, capture_at):
         """The first position any edit or capture touches, at most the final one (where read-outs are)."""
@@ -139,9 +190,13 @@ class Runner:
         if start:
             positions = torch.arange(start, self.ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
             kwargs |= {"cache": copy.deepcopy(self.prefix(start)), "use_cache": True, "position_ids": positions}
-        out = None
-        eager = attention or not self.minimal
-        with hm.attention_implementation("eager" if eager else "sdpa"), TraceDict(modules, options) as traces:
+        implementation = "eager" if attention or not self.minimal else "sdpa"
+        upto = self.first_layer(edits, heads_off, heads_off_final, capture, attention)
+        known = self.stream(start, implementation)
+        resume = min(upto, len(known) - 1)
+        skip = hm.resumed(resume, known[resume]) if resume > 0 else contextlib.nullcontext()
+        record = self._record(start, implementation, upto) if self.minimal else contextlib.nullcontext()
+        with hm.attention_implementation(implementation), skip, record, TraceDict(modules, options) as traces:
             out = hm.model(ids, **kwargs)
         attn = {layer: traces[f"attention.{layer}"].weights[:, :, -1].float() for layer in attention}
         # A sliding-window layer continuing a cache sees only its window, the last keys: left-pad to every position

@@ -144,6 +144,8 @@ class HybridModel:
         if not any(k in ("linear", "parallel") for k in self.kinds):
             raise UnsupportedModel(f"{source or type(model).__name__}: no linear layers, so it is not a hybrid model")
         self.groups = self._groups(self.kinds)
+        # What each layer returns, for resumed(): found now, before any hook of a caller can see the forward.
+        self.layer_returns = None if self.device.type == "meta" else self._layer_returns()
 
     def _kind(self, layer) -> str:
         has_lin = self.family.linear_mixer(layer) is not None
@@ -241,6 +243,43 @@ class HybridModel:
         if site.name == "mixer_out":
             return self.mixer(site.layer), "output"
         return self.layers[site.layer], ("input" if site.name == "resid_pre" else "output")
+
+    def _layer_returns(self) -> list:
+        """Per decoder layer: None if it returns its hidden states, else the length of the tuple it returns
+        (the hidden states first), as one token's forward in eval mode (no dropout draws) finds."""
+        found, handles, training = {}, [], self.model.training
+        for i, layer in enumerate(self.layers):
+            note = lambda _m, _a, out, i=i: found.__setitem__(i, len(out) if isinstance(out, tuple) else None)  # noqa: E731
+            handles.append(layer.register_forward_hook(note))
+        try:
+            with torch.no_grad():
+                self.model.eval()(
+                    torch.zeros(1, 1, dtype=torch.long, device=self.device), use_cache=False, logits_to_keep=1
+                )
+        finally:
+            self.model.train(training)
+            for handle in handles:
+                handle.remove()
+        return [found[i] for i in range(self.n_layers)]
+
+    @contextlib.contextmanager
+    def resumed(self, layer: int, stream):
+        """Forwards inside run the decoder layers from `layer` on: the ones before it stand aside for modules
+        that return `stream`, the residual stream entering `layer` for the tokens the forward is given
+        ([batch, pos, d_model]); their caches are not advanced. Everything the model computes around its
+        layers (embeddings, position embeddings, masks) it computes as always, whatever the family.
+        layer = n_layers resumes after the last layer: `stream` is what leaves it."""
+        if not 0 < layer <= self.n_layers:
+            raise ValueError(f"resume at layer {layer}: give 1..{self.n_layers} (0 resumes nothing)")
+        returns, stack = self.layer_returns, self.base.layers
+        originals = [stack[i] for i in range(layer)]
+        try:
+            for i, original in enumerate(originals):
+                stack[i] = _StandIn(original, stream, returns[i])
+            yield
+        finally:
+            for i, original in enumerate(originals):
+                stack[i] = original
 
     # --- cache ---------------------------------------------------------------------------------
     def new_cache(self):
@@ -394,6 +433,26 @@ class HybridModel:
         """Logit lens: final norm, unembedding and the family's logit multiplier. [.., d_model] -> [.., vocab]"""
         norm = getattr(self.base, self.family.final_norm)
         return self.model.lm_head(norm(hidden)) * self.family.logit_scale(self.config)
+
+
+class _StandIn(torch.nn.Module):
+    """A decoder layer that stands aside: returns a given stream in the layer's output structure, and answers
+    every attribute the model's loop reads of the layer (its kind, its index) as the layer does."""
+
+    def __init__(self, layer, stream, returns):
+        super().__init__()
+        object.__setattr__(self, "layer", layer)  # not a submodule: the parameters stay the model's own
+        self.stream, self.returns = stream, returns
+
+    def forward(self, *args, **kwargs):
+        stream = self.stream.clone()  # the next layer may work in place on what it is given
+        return stream if self.returns is None else (stream, *[None] * (self.returns - 1))
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(object.__getattribute__(self, "layer"), name)
 
 
 def _to_joined(offsets, pieces):
