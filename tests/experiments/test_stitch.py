@@ -13,6 +13,7 @@ from hybridlens.experiments.stitch import (
     _swap,
     align_positions,
     block_edit,
+    block_input,
     blocks,
     collect,
     final_block_writes,
@@ -149,8 +150,9 @@ def test_the_swap_maps_each_position_by_its_role(hm):
     keys = torch.tensor([[r == "key" for r in roles]])
     role_ids = torch.tensor([[TOKEN_ROLES.index(r) for r in roles]])
     run = Runner(hm, ids)
-    swapped = run.forward(block_edit(run, *span, _swap(twin, span, eye, m_out, role_ids)))[0]
-    removed = run.forward(block_edit(run, *span, lambda h, out: torch.where(keys[..., None], h, out)))[0]
+    h_in = block_input(run, span[0])
+    swapped = run.forward(block_edit(h_in, span[1], _swap(twin, span, eye, m_out, role_ids)))[0]
+    removed = run.forward(block_edit(h_in, span[1], lambda h, out: torch.where(keys[..., None], h, out)))[0]
     assert_paths_close(swapped, removed)
     assert not torch.allclose(removed, run.forward()[0], atol=1e-3)
 

@@ -107,6 +107,20 @@ def test_a_capture_only_forward_stops_after_its_last_layer(hm):
     _close(captured[site], full.forward(capture=[site], capture_at=None)[2][site])
 
 
+def test_a_capture_only_forward_of_a_fresh_batch_reads_from_the_first_token_and_builds_no_prefix(hm):
+    """A prefix of every layer costs more than the captured layers from the first token; one that exists is used."""
+    fast, full = _runners(hm)
+    site = f"layers.{hm.groups[0][-1]}.mixer_out"
+    got = fast.forward(capture=[site], capture_at=[-1], logits=False)[2][site]
+    assert fast._prefixes == {}
+    _close(got, full.forward(capture=[site], capture_at=[-1])[2][site])
+    fast.forward()  # leaves the final prefix, which a capture-only forward then continues: one token
+    with Trace(hm.layers[hm.groups[0][-1]], retain_input=True) as read:
+        continued = fast.forward(capture=[site], capture_at=[-1], logits=False)[2][site]
+    assert read.input.shape[1] == 1
+    _close(continued, got)
+
+
 def test_attention_read_through_hooks_equals_transformers_output_attentions(hm):
     fast, _ = _runners(hm)
     layers = hm.attention_layers()

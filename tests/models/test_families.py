@@ -200,8 +200,8 @@ def test_head_ablation_equals_zeroing_that_heads_slice_of_the_output_projection(
 def test_a_forward_resumed_at_its_first_edited_layer_is_the_forward_that_runs_every_layer(fm):
     """Every write site of every layer, the first and the last included, edited at the final position and at a
     middle one (a shared prefix and a resumed layer combined) and at every position (the layer alone): a second
-    forward resumes at the edited layer from the stream the first one recorded, the layers before it do not
-    run, and it gives the first one's bits; both equal a full forward's logits, captures and attention."""
+    forward resumes at the edited layer from the recorded stream, the layers before it do not run, and it gives
+    the first one's bits; both equal a full forward's logits, captures and attention."""
     hm, _, _ = fm
     ids = _ids(hm)
     fast, full = Runner(hm, ids), Runner(hm, ids, minimal=False)

@@ -174,7 +174,7 @@ def _address(hm, run, reader, target_pos, attn):
     for gi, group in enumerate(hm.groups):
         if max(group) >= reader["layer"]:
             continue
-        edits = {s: Edit([-1], torch.zeros(len(run.ids), 1, hm.d_model)) for s in mixer_sites(group)}
+        edits = {s: Edit([-1], torch.zeros(len(run.ids), 1, hm.d_model, device=hm.device)) for s in mixer_sites(group)}
         _, a, _ = run.forward(edits, attention=[reader["layer"]], logits=False)
         after = attention_to(a[reader["layer"]], target_pos)[:, reader["head"]].mean().item()
         evidence.append({"group": gi, "layers": "-".join(map(str, group)), "attention": after, "intact": intact})
@@ -195,7 +195,10 @@ def transplant(hm, items: list[Triple], circuit: dict, control_group: int | None
     forward of the intact host against its full forward.
     """
     encoded = {name: encode(hm, [getattr(t, name) for t in items], choices=name == "host") for name in TRIPLE}
-    hosts, donors, others = (Runner(hm, encoded[n].ids, encoded[n].choices) for n in TRIPLE)
+    donors, others = (Runner(hm, encoded[n].ids) for n in ("donor", "other"))
+    # The host's forwards edit every position set: its base pass leaves a prefix where each begins.
+    sets = [encoded["host"].positions(part) for part in POSITION_SETS]
+    hosts = Runner(hm, encoded["host"].ids, encoded["host"].choices, at=sets)
     reader = circuit["reader"]
     a_entry = [answer_index(t.donor) for t in items]
     b_entry = [answer_index(t.host) for t in items]

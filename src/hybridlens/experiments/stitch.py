@@ -19,7 +19,8 @@ fit_maps         every map of one direction from two collected stores
 map_scores       each map's R^2 on two other stores (the test split's prompts, keys the maps never saw)
 query_content    what a model's Address write at the final token holds: the queried key, or already its answer
 run_block        a model's own layers first..last on a given stream, with the positions and masks it builds
-block_edit       a Runner's edits that replace a block's write by a function of its input and output
+block_input, block_edit  a block's input in a Runner's batch; edits that replace the block's write by a
+                 function of its input and output
 swap_rows        per-item rows of the three transfers and their controls on test prompts
 """
 
@@ -304,13 +305,18 @@ def run_block(hm, first: int, last: int, resid: torch.Tensor) -> torch.Tensor:
     return traces["out"].output
 
 
-def block_edit(run, first: int, last: int, replace, positions=None) -> dict:
-    """Edits of a Runner's batch that replace what layers first..last write by replace(h_in, h_out) at
-    `positions` (None: every position): h_in is the batch's unedited stream entering `first` (no edit comes
-    earlier), h_out the block's output. The forward resumes at layer `last`: the block itself need not run
-    when its output is not read."""
-    h_in = run.forward(capture=[f"layers.{first}.resid_pre"], capture_at=positions, logits=False)[2]
-    h_in = h_in[f"layers.{first}.resid_pre"]
+def block_input(run, first: int):
+    """The batch's unedited stream entering layer `first` [B, T, D]: a block's input, which no edit before the
+    block changes."""
+    site = f"layers.{first}.resid_pre"
+    return run.forward(capture=[site], capture_at=None, logits=False)[2][site]
+
+
+def block_edit(h_in, last: int, replace, positions=None) -> dict:
+    """Edits of a Runner's batch that replace what a block ending at layer `last` writes by replace(h_in, h_out)
+    at `positions` (None: every position; h_in then block_input's, else its rows at those positions), h_out the
+    block's output. The forward resumes at layer `last`: the block itself need not run when its output is not
+    read."""
     return {f"layers.{last}.layer_out": Edit(positions, lambda out: replace(h_in, out))}
 
 
@@ -382,7 +388,7 @@ def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size:
                     }
                 )
 
-        run = Runner(receiver, ids)
+        run, h_in = Runner(receiver, ids), {}
         intact = run.forward()[0]
         for transfer in TRANSFERS:
             record(transfer, "intact", intact)
@@ -398,8 +404,10 @@ def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size:
                 "mean_write": lambda h, _out, w=mean_write: (h.float() + w.to(h.device)).to(h.dtype),
                 "ablated": lambda h, _out: h,
             }
+            first, last = spans["receiver"][block]
+            h_in[block] = block_input(run, first)
             for condition, replace in conditions.items():
-                record(block, condition, run.forward(block_edit(run, *spans["receiver"][block], replace))[0])
+                record(block, condition, run.forward(block_edit(h_in[block], last, replace))[0])
         writes = donor_writes[chunk].to(receiver.device)
         mean = torch.as_tensor(means["address.final"], dtype=torch.float32, device=receiver.device)
         query_map = maps["address.out.final"]
@@ -412,7 +420,7 @@ def swap_rows(receiver, donor, spans, maps, means, pairs, seed: int, batch_size:
         for condition, new in conditions.items():
             # The block's final-token write becomes `new`; its earlier positions keep theirs.
             replace = lambda h, out, new=new: (h.float() + new.to(h.device)[:, None]).to(out.dtype)  # noqa: E731
-            edit = block_edit(run, *spans["receiver"]["address"], replace, positions=[-1])
+            edit = block_edit(h_in["address"][:, -1:], spans["receiver"]["address"][1], replace, positions=[-1])
             record("query", condition, run.forward(edit)[0])
     return rows
 

@@ -6,14 +6,15 @@ hooks are built by patch.site_hook, as patch.run builds them, so an edit means t
 
 Each forward does only the work its edits and read-outs need. Under causal attention and recurrence an edit
 at position t changes nothing before t, so a forward whose edits and captures all lie at positions >= t
-continues a copy of the batch's cache after its first t tokens, computed once and shared by every such
-forward (t is at most the final position, where logits and attentions are read). An edit at layer l changes
-nothing before l, so the layers before the first layer a forward edits or reads are not run: they stand
-aside (HybridModel.resumed) for the unedited stream entering l, which earlier forwards of the batch from the
-same position and with the same attention implementation recorded on their way (the layers before their
-own first edit). Resuming thus changes no bit of a forward. A forward that needs no logits stops after the
-last layer it reads, and attention runs eager (which returns weights) only in the forwards that read
-attention, sdpa elsewhere.
+continues a copy of the batch's cache after its first t tokens (t is at most the final position, where
+logits and attentions are read). The batch's base pass runs its tokens once, unedited, in segments that end
+where the position sets named in Runner(at=...) begin and at the final position, and leaves a prefix at
+each. An edit at layer l changes nothing before l, so the layers before the first layer a forward edits or
+reads do not run: they stand aside (HybridModel.resumed) for the unedited stream entering l, which the base
+pass recorded; at the final position it is the stream earlier forwards from there recorded with the same
+attention implementation, so that a final-position forward that resumes gives the bits of one that does
+not. A forward that needs no logits stops after the last layer it reads, and attention runs eager (which
+returns weights) only in the forwards that read attention, sdpa elsewhere.
 
 Edit          a write-site edit at a position set: values written there, or a function of what is there
 Runner        forwards of one batch: final-position logits, final-position attentions and captures
@@ -52,7 +53,7 @@ class Runner:
 
     minimal = True
 
-    def __init__(self, hm, ids, choices=None, minimal: bool | None = None):
+    def __init__(self, hm, ids, choices=None, minimal: bool | None = None, at=()):
         self.hm = hm
         if minimal is not None:
             self.minimal = minimal
@@ -60,8 +61,13 @@ class Runner:
         if self.ids.ndim != 2:
             raise ValueError(f"token ids of shape {tuple(self.ids.shape)}; give [batch, pos] of one length")
         self.choices = None if choices is None else torch.as_tensor(choices, device=hm.device)
+        final = self.ids.shape[1] - 1
+        # `at`: position sets the batch's forwards will edit; the base pass leaves a prefix where each begins.
+        starts = {int(self.index(p).min()) for p in at if p is not None} if self.minimal else set()
+        self._starts = sorted(t for t in starts if 0 < t < final)
         self._prefixes = {}  # t -> cache after the first t tokens
-        self._streams = {}  # (t, attention implementation) -> unedited stream entering layers 0, 1, .. from t
+        self._head = None  # the unedited stream entering each layer, and leaving the last, before the final position
+        self._tail = {}  # attention implementation -> the same at the final position, as deep as forwards recorded
 
     def index(self, positions):
         """[B, P] indices of a position set in this batch."""
@@ -71,55 +77,90 @@ class Runner:
     def prefix(self, t: int):
         """The cache after the batch's first t tokens, unedited; computed once, never advanced (copy it)."""
         if t not in self._prefixes:
-            self._fill_prefix(t)
+            final = self.ids.shape[1] - 1
+            self._base() if self._head is None and t in (final, *self._starts) else self._fill_prefix(t)
         return self._prefixes[t]
 
     def _fill_prefix(self, t: int, capture=()):
         """Compute the prefix cache of t tokens; returns the captures of those positions {site: [B, t, D]}."""
+        final = self.ids.shape[1] - 1
+        if t == final:
+            return self._base(capture)
         hooks = {site: site_hook(self.hm, site, capture=True) for site in capture}
         modules, options = {k: m for k, (m, _) in hooks.items()}, {k: o for k, (_, o) in hooks.items()}
         cache = self.hm.new_cache()
         with self.hm.attention_implementation("sdpa"), TraceDict(modules, options) as traces:
             self.hm.model(self.ids[:, :t], cache=cache, use_cache=True, logits_to_keep=1)
-        final = self.ids.shape[1] - 1
-        # Keep the final position's prefix (every final-position edit continues it) and the latest other one:
-        # a large model's recurrent states make each cache as large as the activations of a forward.
-        self._prefixes = {k: v for k, v in self._prefixes.items() if k == final} | {t: cache}
+        self._keep_prefix(t, cache)
         return {site: retained(traces[site]) for site in capture}
+
+    def _keep_prefix(self, t, cache):
+        # Keep the final position's prefix (every final-position edit continues it), the declared starts' and the
+        # latest other one: a large model's recurrent states make each cache as large as a forward's activations.
+        keep = {self.ids.shape[1] - 1, *self._starts}
+        self._prefixes = {k: v for k, v in self._prefixes.items() if k in keep} | {t: cache}
+
+    def _base(self, capture=()):
+        """The base pass: the batch unedited, in segments ending where a declared position set begins and at the
+        final position, leaving a prefix at each; the final token continues a copy of the last. Records the
+        stream entering every layer (and leaving the last) at every position, with sdpa. Returns the captures of
+        the positions before the final one."""
+        final = self.ids.shape[1] - 1
+        hooks = {site: site_hook(self.hm, site, capture=True) for site in capture}
+        modules, options = {k: m for k, (m, _) in hooks.items()}, {k: o for k, (_, o) in hooks.items()}
+        parts = [[] for _ in range(self.hm.n_layers + 1)]
+        captured = {site: [] for site in capture}
+        bounds = [0, *self._starts, final, final + 1]
+        cache = self.hm.new_cache()
+        with self.hm.attention_implementation("sdpa"), self._recording(parts, self.hm.n_layers):
+            for a, b in zip(bounds, bounds[1:], strict=False):
+                kwargs = {"cache": cache, "use_cache": True, "logits_to_keep": 1}
+                if a:
+                    kwargs["position_ids"] = torch.arange(a, b, device=self.ids.device).expand(len(self.ids), -1)
+                with TraceDict(modules if b <= final else {}, options) as traces:
+                    self.hm.model(self.ids[:, a:b], **kwargs)
+                for site in captured if b <= final else ():
+                    captured[site].append(retained(traces[site]))
+                if b == final:
+                    self._keep_prefix(b, cache)
+                    cache = copy.deepcopy(cache)  # the final token advances a copy
+                elif b < final:
+                    self._keep_prefix(b, copy.deepcopy(cache))
+        self._head = [torch.cat(p[:-1], 1) for p in parts]
+        self._tail["sdpa"] = [p[-1] for p in parts]
+        return {site: torch.cat(v, 1) for site, v in captured.items()}
 
     def stream(self, start: int, implementation: str) -> list:
         """The unedited residual stream [B, T - start, D] entering layers 0, 1, .. (index n_layers: leaving the
-        last) as forwards from `start` with this attention implementation computed it, as far as one has."""
-        return self._streams.get((start, implementation), [])
+        last), as deep as it is known: the base pass's before the final position, and at the final position as
+        forwards from it with this attention implementation computed it (so that a forward from the final
+        position that resumes gives the bits of one that does not)."""
+        final = self.ids.shape[1] - 1
+        tail = self._tail.get(implementation, [])
+        if start == final:
+            return tail
+        if self._head is None:
+            return []
+        tail = tail or max(self._tail.values(), key=len, default=[])  # earlier positions differ in rounding anyway
+        return [torch.cat([head[:, start:], t], 1) for head, t in zip(self._head, tail, strict=False)]
 
     @contextlib.contextmanager
-    def _record(self, start: int, implementation: str, upto: int):
-        """Record, during one forward from `start`, the stream entering the layers up to `upto` that the
-        batch's stream does not hold yet. Registered before any edit's hooks, so it sees what enters a layer
-        before an edit there changes it."""
-        key = (start, implementation)
-        # Keep the final position's streams and the latest other one, as the prefixes.
-        final = self.ids.shape[1] - 1
-        self._streams = {k: v for k, v in self._streams.items() if k[0] in (final, start)}
-        parts = self._streams.setdefault(key, [])
+    def _recording(self, parts, upto: int, first: int = 0):
+        """Append what enters layers first..upto (index n_layers: what leaves the last) to parts, per call.
+        Registered before any edit's hooks, so it sees what enters a layer before an edit there changes it."""
         layers, handles = self.hm.layers, []
 
-        def keep(at):
-            def hook(module, args, kwargs_or_output):
-                if len(parts) == at:
-                    if at < len(layers):
-                        parts.append((args[0] if args else kwargs_or_output["hidden_states"]).detach().clone())
-                    else:
-                        parts.append(first_tensor(kwargs_or_output).detach().clone())
-
-            return hook
+        def entering(at):
+            return lambda module, args, kwargs: parts[at].append(
+                (args[0] if args else kwargs["hidden_states"]).detach().clone()
+            )
 
         try:
-            for at in range(len(parts), min(upto, len(layers)) + 1):
-                if at < len(layers):
-                    handles.append(layers[at].register_forward_pre_hook(keep(at), with_kwargs=True))
-                else:
-                    handles.append(layers[-1].register_forward_hook(keep(at)))
+            for at in range(first, min(upto, len(layers) - 1) + 1):
+                handles.append(layers[at].register_forward_pre_hook(entering(at), with_kwargs=True))
+            if upto >= len(layers):
+                leaving = lambda module, args, out: parts[-1].append(first_tensor(out).detach().clone())  # noqa: E731
+                handles.append(layers[-1].register_forward_hook(leaving))
             yield
         finally:
             for handle in handles:
@@ -162,6 +203,8 @@ class Runner:
             if not isinstance(edit, Edit):
                 raise TypeError(f"edit of {site}: give Edit(positions, values), not {type(edit).__name__}")
         start = self.first_position(edits, heads_off, capture_at if capture else ())
+        if not logits and start not in self._prefixes:
+            start = 0  # it stops after the layers it reads: cheaper from the first token than a prefix of every layer
         final, origin, before = self.ids.shape[1] - 1, start, None
         unedited = not edits and not heads_off
         if unedited and start == 0 and self.minimal and logits and final > 0 and final not in self._prefixes:
@@ -191,13 +234,24 @@ class Runner:
             positions = torch.arange(start, self.ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
             kwargs |= {"cache": copy.deepcopy(self.prefix(start)), "use_cache": True, "position_ids": positions}
         implementation = "eager" if attention or not self.minimal else "sdpa"
-        upto = self.first_layer(edits, heads_off, heads_off_final, capture, attention)
-        known = self.stream(start, implementation)
-        resume = min(upto, len(known) - 1)
+        first = self.first_layer(edits, heads_off, heads_off_final, capture, attention)
+        # How deep this forward's stream is unedited: to its first edited layer, or all it runs.
+        unedited_upto = hm.n_layers if logits else max([parse_site(s).layer for s in capture] + list(attention))
+        if edits or heads_off or heads_off_final:
+            unedited_upto = first
+        if self.minimal and first > 0 and start < final and self._head is None and not unedited:
+            self._base()  # one pass of the batch, which every later forward resumes from
+        known = self.stream(start, implementation) if self.minimal else []
+        resume = min(first, len(known) - 1)
         skip = hm.resumed(resume, known[resume]) if resume > 0 else contextlib.nullcontext()
-        record = self._record(start, implementation, upto) if self.minimal else contextlib.nullcontext()
+        record, tail = contextlib.nullcontext(), self._tail.setdefault(implementation, [])
+        if self.minimal and start == final and unedited_upto >= len(tail):
+            parts = [[] for _ in range(hm.n_layers + 1)]
+            record = self._recording(parts, unedited_upto, first=len(tail))
         with hm.attention_implementation(implementation), skip, record, TraceDict(modules, options) as traces:
             out = hm.model(ids, **kwargs)
+        if not isinstance(record, contextlib.nullcontext):
+            tail += [p[0] for p in parts[len(tail) : unedited_upto + 1]]
         attn = {layer: traces[f"attention.{layer}"].weights[:, :, -1].float() for layer in attention}
         # A sliding-window layer continuing a cache sees only its window, the last keys: left-pad to every position
         # with the zeros a full forward has there.

@@ -38,7 +38,7 @@ def gather(t, idx):  # t [B, T, D], idx [B, P] -> [B, P, D]
 
 def _scatter(t, idx, values):
     out = t.clone()
-    out.scatter_(1, idx.unsqueeze(-1).expand(-1, -1, t.shape[-1]), values.to(out.dtype))
+    out.scatter_(1, idx.unsqueeze(-1).expand(-1, -1, t.shape[-1]), values.to(out.device, out.dtype))
     return out
 
 
