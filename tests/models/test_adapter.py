@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from hybridlens.interventions.cache import greedy, prefill
+from hybridlens.interventions.hooks import Trace
 from hybridlens.interventions.patch import run
 from hybridlens.models.adapter import HybridModel, UnsupportedModel, load_model, parse_site
 from hybridlens.models.toy import build_toy_model
@@ -109,6 +110,27 @@ def test_unembed_matches_model_logits(hm):
         cap = run(hm, ids, capture=[f"layers.{hm.n_layers - 1}.layer_out"], positions=[-1])
         lens = hm.unembed(cap.captured[f"layers.{hm.n_layers - 1}.layer_out"][:, 0])
     assert_paths_close(lens, cap.logits[:, -1])
+
+
+@torch.no_grad()
+def test_a_forward_resumed_at_a_layer_runs_that_layer_on_the_given_stream_and_none_before(hm):
+    ids = _ids(hm)
+    layer = hm.n_layers // 2
+    sites = [f"layers.{layer}.resid_pre", f"layers.{hm.n_layers - 1}.layer_out"]
+    full = run(hm, ids, capture=sites)
+    with hm.resumed(layer, full.captured[sites[0]]), Trace(hm.layers[layer - 1]) as before:
+        resumed = run(hm, ids, capture=sites)
+    assert before.output is None  # the layer before never ran
+    assert torch.equal(resumed.captured[sites[0]], full.captured[sites[0]])
+    assert_paths_close(resumed.logits, full.logits)
+    with hm.resumed(layer, 2 * full.captured[sites[0]]):  # the given stream is what the layer reads
+        assert not torch.allclose(run(hm, ids).logits, full.logits, atol=1e-3)
+    with hm.resumed(hm.n_layers, full.captured[sites[1]]):  # after the last layer: only the unembedding runs
+        after = run(hm, ids).logits
+    assert torch.equal(after, full.logits)
+    assert list(hm.base.layers) == hm.layers  # the layers are back
+    with pytest.raises(ValueError, match=r"resume at layer 0: give 1\.\.\d+ \(0 resumes nothing\)"):
+        hm.resumed(0, full.captured[sites[0]]).__enter__()
 
 
 def test_refuses_model_without_linear_layers(tokenizer):
