@@ -130,19 +130,22 @@ class Runner:
         self._tail["sdpa"] = [p[-1] for p in parts]
         return {site: torch.cat(v, 1) for site, v in captured.items()}
 
-    def stream(self, start: int, implementation: str) -> list:
-        """The unedited residual stream [B, T - start, D] entering layers 0, 1, .. (index n_layers: leaving the
-        last), as deep as it is known: the base pass's before the final position, and at the final position as
-        forwards from it with this attention implementation computed it (so that a forward from the final
-        position that resumes gives the bits of one that does not)."""
+    def _resume_point(self, start: int, implementation: str, first: int):
+        """(layer, the unedited stream entering it [B, T - start, D]) from which a forward from `start` whose
+        first edit or read is at layer `first` resumes; (0, None) where it runs every layer. The stream is the
+        base pass's before the final position, and at the final position the one earlier forwards from there
+        recorded with the same attention implementation (so that a final-position forward that resumes gives
+        the bits of one that does not)."""
         final = self.ids.shape[1] - 1
         tail = self._tail.get(implementation, [])
-        if start == final:
-            return tail
-        if self._head is None:
-            return []
-        tail = tail or max(self._tail.values(), key=len, default=[])  # earlier positions differ in rounding anyway
-        return [torch.cat([head[:, start:], t], 1) for head, t in zip(self._head, tail, strict=False)]
+        if start < final:
+            if self._head is None:
+                return 0, None
+            tail = tail or max(self._tail.values(), key=len, default=[])  # earlier positions differ in rounding anyway
+        layer = min(first, len(tail) - 1)
+        if layer <= 0:
+            return 0, None
+        return layer, tail[layer] if start == final else torch.cat([self._head[layer][:, start:], tail[layer]], 1)
 
     @contextlib.contextmanager
     def _recording(self, parts, upto: int, first: int = 0):
@@ -241,9 +244,8 @@ class Runner:
             unedited_upto = first
         if self.minimal and first > 0 and start < final and self._head is None and not unedited:
             self._base()  # one pass of the batch, which every later forward resumes from
-        known = self.stream(start, implementation) if self.minimal else []
-        resume = min(first, len(known) - 1)
-        skip = hm.resumed(resume, known[resume]) if resume > 0 else contextlib.nullcontext()
+        resume, stream = self._resume_point(start, implementation, first) if self.minimal else (0, None)
+        skip = hm.resumed(resume, stream) if resume else contextlib.nullcontext()
         record, tail = contextlib.nullcontext(), self._tail.setdefault(implementation, [])
         if self.minimal and start == final and unedited_upto >= len(tail):
             parts = [[] for _ in range(hm.n_layers + 1)]

@@ -275,7 +275,7 @@ class HybridModel:
         originals = [stack[i] for i in range(layer)]
         try:
             for i, original in enumerate(originals):
-                stack[i] = _StandIn(original, stream, returns[i])
+                stack[i] = _StandIn(original, stream, returns[i], last=i == layer - 1)
             yield
         finally:
             for i, original in enumerate(originals):
@@ -439,13 +439,14 @@ class _StandIn(torch.nn.Module):
     """A decoder layer that stands aside: returns a given stream in the layer's output structure, and answers
     every attribute the model's loop reads of the layer (its kind, its index) as the layer does."""
 
-    def __init__(self, layer, stream, returns):
+    def __init__(self, layer, stream, returns, last):
         super().__init__()
         object.__setattr__(self, "layer", layer)  # not a submodule: the parameters stay the model's own
-        self.stream, self.returns = stream, returns
+        self.stream, self.returns, self.last = stream, returns, last
 
     def forward(self, *args, **kwargs):
-        stream = self.stream.clone()  # the next layer may work in place on what it is given
+        # The layer after the last stand-in may work in place on what it is given; earlier outputs go unread.
+        stream = self.stream.clone() if self.last else self.stream
         return stream if self.returns is None else (stream, *[None] * (self.returns - 1))
 
     def __getattr__(self, name):
